@@ -1,0 +1,246 @@
+//! The validated, immutable configuration that the rest of the daemon reads.
+//!
+//! Produced only by [`super::load`] (parse, then validate). Nothing here is
+//! mutated at run time; runtime state (server health, weights set by the CLI,
+//! counters) lives elsewhere and refers to these items by index.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How established flows are forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ForwardMode {
+    /// sockmap when BPF is loaded and the flow is eligible, else splice, else copy.
+    #[default]
+    Auto,
+    Sockmap,
+    Splice,
+    Copy,
+}
+
+impl std::str::FromStr for ForwardMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "sockmap" => Ok(Self::Sockmap),
+            "splice" => Ok(Self::Splice),
+            "copy" => Ok(Self::Copy),
+            _ => Err(format!(
+                "unknown forward mode '{s}' (expected auto, sockmap, splice or copy)"
+            )),
+        }
+    }
+}
+
+/// `stats socket` line of the global section (served by the CLI issue).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatsSocket {
+    pub path: PathBuf,
+    /// File mode; 0o600 unless configured.
+    pub mode: u32,
+    pub level: CliLevel,
+    pub user: Option<String>,
+    pub group: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum CliLevel {
+    User,
+    #[default]
+    Operator,
+    Admin,
+}
+
+/// A `log` line (parsed now, used by the logging issue).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogTarget {
+    /// The raw words after `log`, e.g. `["127.0.0.1:514", "local0", "info"]`.
+    pub args: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Global {
+    /// `nbthread`; `None` means one per available CPU.
+    pub nbthread: Option<usize>,
+    /// Global `maxconn`; HAProxy's default without a ulimit hint is 4096-ish; we use 4096.
+    pub maxconn: usize,
+    pub user: Option<String>,
+    pub group: Option<String>,
+    pub pidfile: Option<PathBuf>,
+    pub hard_stop_after: Option<Duration>,
+    pub stats_sockets: Vec<StatsSocket>,
+    /// `stats timeout`, default 10 s.
+    pub stats_timeout: Duration,
+    /// `stats maxconn`, default 10.
+    pub stats_maxconn: usize,
+    pub forward_mode: ForwardMode,
+    /// `tune.pipesize` in bytes; `None` keeps the kernel default (64 KiB).
+    pub pipesize: Option<usize>,
+    /// `maxpipes`; default maxconn / 4 as HAProxy.
+    pub maxpipes: usize,
+    /// `tune.runqueue-depth`; `None` means HAProxy's default for the thread count.
+    pub runqueue_depth: Option<usize>,
+    /// `tune.sched.low-latency on|off`.
+    pub sched_low_latency: bool,
+    pub logs: Vec<LogTarget>,
+}
+
+impl Default for Global {
+    fn default() -> Self {
+        Self {
+            nbthread: None,
+            maxconn: DEFAULT_MAXCONN,
+            user: None,
+            group: None,
+            pidfile: None,
+            hard_stop_after: None,
+            stats_sockets: Vec::new(),
+            stats_timeout: Duration::from_secs(10),
+            stats_maxconn: 10,
+            forward_mode: ForwardMode::Auto,
+            pipesize: None,
+            maxpipes: DEFAULT_MAXCONN / 4,
+            runqueue_depth: None,
+            sched_low_latency: false,
+            logs: Vec::new(),
+        }
+    }
+}
+
+/// Global maxconn when none is configured.
+pub const DEFAULT_MAXCONN: usize = 4096;
+
+/// All `timeout` values of a proxy. `None` = not set (infinite).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Timeouts {
+    pub connect: Option<Duration>,
+    pub client: Option<Duration>,
+    pub server: Option<Duration>,
+    pub tunnel: Option<Duration>,
+    pub client_fin: Option<Duration>,
+    pub server_fin: Option<Duration>,
+    pub queue: Option<Duration>,
+}
+
+/// Which splice options a proxy carries (`option splice-auto|splice-request|splice-response`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SpliceOpts {
+    pub auto: bool,
+    pub request: bool,
+    pub response: bool,
+}
+
+impl SpliceOpts {
+    pub fn any(&self) -> bool {
+        self.auto || self.request || self.response
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Balance {
+    #[default]
+    RoundRobin,
+    StaticRr,
+    LeastConn,
+    First,
+    Source,
+    Random,
+}
+
+/// Health-check related server keywords: parsed now, implemented by the checks issue.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CheckParams {
+    pub enabled: bool,
+    pub inter: Option<Duration>,
+    pub fastinter: Option<Duration>,
+    pub downinter: Option<Duration>,
+    pub rise: Option<u32>,
+    pub fall: Option<u32>,
+    pub port: Option<u16>,
+    pub addr: Option<String>,
+    pub agent_check: bool,
+    pub agent_port: Option<u16>,
+    pub agent_inter: Option<Duration>,
+    pub on_marked_down_shutdown: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Server {
+    pub name: String,
+    /// Numeric id (`id` keyword or position, starting at 1).
+    pub id: u32,
+    pub addr: SocketAddr,
+    /// 0..=256, default 1.
+    pub weight: u32,
+    /// 0 = unlimited.
+    pub maxconn: usize,
+    /// 0 = unlimited.
+    pub maxqueue: usize,
+    pub backup: bool,
+    pub disabled: bool,
+    pub check: CheckParams,
+    /// Config line for messages.
+    pub line: Location,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Location {
+    pub file: String,
+    pub line: usize,
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frontend {
+    pub name: String,
+    pub id: u32,
+    pub binds: Vec<SocketAddr>,
+    /// Index into [`Config::backends`].
+    pub default_backend: Option<usize>,
+    /// Unconditional `use_backend NAME` rules, in order (index into backends).
+    pub use_backends: Vec<usize>,
+    /// 0 = limited only by global maxconn.
+    pub maxconn: usize,
+    pub timeouts: Timeouts,
+    pub splice: SpliceOpts,
+    pub log_global: bool,
+    pub line: Location,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Backend {
+    pub name: String,
+    pub id: u32,
+    pub balance: Balance,
+    pub servers: Vec<Server>,
+    pub timeouts: Timeouts,
+    /// `retries`, default 3.
+    pub retries: u32,
+    pub redispatch: bool,
+    pub splice: SpliceOpts,
+    /// Backend `fullconn`/maxconn: 0 = none.
+    pub maxconn: usize,
+    pub log_global: bool,
+    pub line: Location,
+}
+
+/// The whole validated configuration.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Config {
+    pub global: Global,
+    pub frontends: Vec<Frontend>,
+    pub backends: Vec<Backend>,
+}
+
+impl Config {
+    pub fn backend_by_name(&self, name: &str) -> Option<usize> {
+        self.backends.iter().position(|b| b.name == name)
+    }
+}

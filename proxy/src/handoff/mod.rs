@@ -1,0 +1,1 @@
+//! Forwarding of established flows behind one seam. (API contract; implementation pending.)

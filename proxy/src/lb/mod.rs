@@ -1,0 +1,1 @@
+//! Server selection and queues. (API contract; implementation pending.)

@@ -1,0 +1,1 @@
+//! Thin syscall wrappers: the only place besides `handoff` with `unsafe`.

@@ -1,0 +1,1 @@
+//! shunt integration test helpers.
