@@ -1,1 +1,316 @@
-//! shunt integration test helpers.
+//! Helpers for shunt's integration tests: run the real `shunt` binary on a
+//! generated configuration, and small in-process peers (echo, sink, scripted
+//! servers) on 127.0.0.1 port 0.
+//!
+//! Tests find the binary with [`shunt_bin`]: `$SHUNT_BIN`, else the workspace's
+//! `target/debug/shunt` (built by `cargo xtask test` before the tests run).
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long shunt may take to start listening.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long shunt may take to exit after SIGTERM.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Path of the shunt binary under test.
+pub fn shunt_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("SHUNT_BIN") {
+        return PathBuf::from(p);
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/shunt");
+    assert!(
+        p.exists(),
+        "shunt binary not found at {} (run `cargo build -p proxy` or set SHUNT_BIN)",
+        p.display()
+    );
+    p
+}
+
+/// A port free at the time of the call (bind to 0, read it, close).
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local_addr").port()
+}
+
+/// A scratch directory removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "shunt-test-{}-{}-{}",
+            tag,
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Run `shunt -c -f FILE...`; returns (exit code, stdout, stderr).
+pub fn check_config(files: &[&Path]) -> (i32, String, String) {
+    let mut cmd = Command::new(shunt_bin());
+    cmd.arg("-c");
+    for f in files {
+        cmd.arg("-f").arg(f);
+    }
+    let out = cmd.output().expect("run shunt -c");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A running shunt process, stopped (SIGTERM) on drop.
+pub struct Shunt {
+    child: Option<Child>,
+    dir: TempDir,
+}
+
+impl Shunt {
+    /// Start shunt with `cfg` and extra arguments; wait until it has bound its
+    /// listeners (it logs "shunt started").
+    pub fn start(cfg: &str, args: &[&str]) -> Shunt {
+        let dir = TempDir::new("shunt");
+        let cfg_path = dir.path().join("shunt.cfg");
+        std::fs::write(&cfg_path, cfg).expect("write config");
+        let log = std::fs::File::create(dir.path().join("stderr")).expect("log file");
+        let child = Command::new(shunt_bin())
+            .arg("-f")
+            .arg(&cfg_path)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn shunt");
+        let mut s = Shunt {
+            child: Some(child),
+            dir,
+        };
+        let t0 = Instant::now();
+        while !s.stderr().contains("shunt started") {
+            if let Some(st) = s.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("shunt exited early ({st}); stderr:\n{}", s.stderr());
+            }
+            assert!(
+                t0.elapsed() < START_TIMEOUT,
+                "shunt did not start in {START_TIMEOUT:?}; stderr:\n{}",
+                s.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        s
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    /// Send a signal to shunt.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) with a pid we spawned and still own; no memory involved.
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    /// Wait for exit (bounded); returns the exit code.
+    pub fn wait(&mut self, limit: Duration) -> Option<i32> {
+        let t0 = Instant::now();
+        let child = self.child.as_mut()?;
+        loop {
+            if let Ok(Some(st)) = child.try_wait() {
+                self.child = None;
+                return Some(st.code().unwrap_or(-1));
+            }
+            if t0.elapsed() > limit {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Shunt {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.signal(libc::SIGTERM);
+            if self.wait(STOP_TIMEOUT).is_none() {
+                if let Some(c) = self.child.as_mut() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+            }
+        }
+    }
+}
+
+/// A listening test server on 127.0.0.1:0 whose connections are served by
+/// `handler` on their own threads. Stops accepting when dropped.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub accepted: Arc<AtomicUsize>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    pub fn start<F>(handler: F) -> Server
+    where
+        F: Fn(TcpStream) + Send + Sync + 'static,
+    {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind server");
+        Self::serve(l, handler)
+    }
+
+    pub fn serve<F>(l: TcpListener, handler: F) -> Server
+    where
+        F: Fn(TcpStream) + Send + Sync + 'static,
+    {
+        let addr = l.local_addr().expect("addr");
+        l.set_nonblocking(true).expect("nonblocking");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let handler = Arc::new(handler);
+        let (acc, st) = (accepted.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((s, _)) => {
+                        s.set_nonblocking(false).expect("blocking");
+                        acc.fetch_add(1, Ordering::Relaxed);
+                        let h = handler.clone();
+                        std::thread::spawn(move || h(s));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        Server {
+            addr,
+            accepted,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// An echo server: writes back everything, then closes after EOF.
+    pub fn echo() -> Server {
+        Self::start(|mut s| {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if s.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+            let _ = s.shutdown(Shutdown::Write);
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Connect with a bounded retry (shunt may be just starting).
+pub fn connect(addr: SocketAddr) -> TcpStream {
+    let t0 = Instant::now();
+    loop {
+        match TcpStream::connect(addr) {
+            Ok(s) => return s,
+            Err(e) if t0.elapsed() > Duration::from_secs(5) => panic!("connect {addr}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// Deterministic pseudo-random bytes (xorshift), cheap enough for 64 MiB.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// SHA-256 hex of a byte slice.
+pub fn sha256(data: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(data);
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Write `data` in random-sized chunks (1..=max) then optionally shut down writes.
+pub fn write_random_chunks(s: &mut TcpStream, data: &[u8], max: usize, seed: u64) {
+    let mut x = seed | 1;
+    let mut off = 0;
+    while off < data.len() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let n = (1 + (x as usize) % max).min(data.len() - off);
+        s.write_all(&data[off..off + n]).expect("write chunk");
+        off += n;
+    }
+}
+
+/// Read until EOF; returns the bytes.
+pub fn read_to_end(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut v = Vec::new();
+    s.read_to_end(&mut v)?;
+    Ok(v)
+}
+
+/// The modes every forwarding test runs in.
+pub const USERSPACE_MODES: [&str; 2] = ["copy", "splice"];
+
+/// A minimal config: one frontend on `port` to one backend with `servers`.
+pub fn simple_config(port: u16, servers: &[SocketAddr], extra_backend: &str) -> String {
+    let mut cfg = format!(
+        "global\n    nbthread 2\n\ndefaults\n    mode tcp\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n\nfrontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\nbackend be\n{extra_backend}"
+    );
+    for (i, s) in servers.iter().enumerate() {
+        cfg.push_str(&format!("    server s{} {}\n", i + 1, s));
+    }
+    cfg
+}

@@ -1,1 +1,359 @@
-//! (pending)
+//! The running process: listeners, worker threads, signals, pidfile, stop.
+//!
+//! Owns the shared [`State`] (immutable config, backend runtime state,
+//! counters, connection gauges) and the life cycle:
+//! `Running` → (`SIGUSR1`) `SoftStop` → (last flow ends or `hard-stop-after`)
+//! exit; `SIGTERM`/`SIGINT` → `HardStop`: listeners close and every flow is
+//! closed at once. All listening sockets are bound before any thread starts,
+//! so a bind error is a start-up error and nothing half-runs.
+
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+
+use crate::config::{Config, ForwardMode};
+use crate::lb::BackendRt;
+use crate::scheduler::{self, Class, SchedConfig};
+use crate::stats::{Event, Stats};
+
+/// Listen backlog per socket (HAProxy uses maxconn; the kernel caps it at somaxconn).
+const LISTEN_BACKLOG: i32 = 1024;
+/// How often a paused accept loop (maxconn reached) re-checks, in case a wake was missed.
+const ACCEPT_PAUSE_RECHECK: Duration = Duration::from_millis(100);
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("Starting frontend {frontend}: cannot bind socket (Address already in use) [{addr}]: {source}")]
+    Bind {
+        frontend: String,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot write pidfile '{path}': {source}")]
+    Pidfile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start worker thread {thread}: {source}")]
+    Thread {
+        thread: usize,
+        source: std::io::Error,
+    },
+    #[error("cannot drop privileges: {0}")]
+    Privileges(String),
+}
+
+/// Process phase, broadcast to every worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Running,
+    /// Stop accepting; exit when the last flow ends (bounded by hard-stop-after).
+    SoftStop,
+    /// Close everything now.
+    HardStop,
+}
+
+/// What every worker shares.
+pub struct State {
+    pub config: Arc<Config>,
+    pub forward_mode: ForwardMode,
+    pub backends: Vec<Arc<BackendRt>>,
+    pub stats: Arc<Stats>,
+    pub nbthread: usize,
+    /// Current flows in the process (global maxconn).
+    pub conns: AtomicUsize,
+    /// Signalled whenever a flow ends, to resume paused accept loops.
+    pub conn_released: Notify,
+    pub phase: watch::Receiver<Phase>,
+}
+
+/// Options from the command line that override the configuration.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub forward_mode: Option<ForwardMode>,
+}
+
+fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn bind_one(addr: SocketAddr) -> std::io::Result<StdListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_reuse_address(true)?;
+    sock.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        // `:::PORT` means both families, as HAProxy's default v4v6 behaviour.
+        sock.set_only_v6(false)?;
+    }
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(LISTEN_BACKLOG)?;
+    Ok(sock.into())
+}
+
+/// Listeners for one thread: `(frontend index, socket)`.
+type ThreadListeners = Vec<(usize, StdListener)>;
+
+/// Bind one socket per thread per bind address (SO_REUSEPORT).
+fn bind_all(config: &Config, nbthread: usize) -> Result<Vec<ThreadListeners>, DaemonError> {
+    let mut per_thread: Vec<ThreadListeners> = (0..nbthread).map(|_| Vec::new()).collect();
+    for (fi, fe) in config.frontends.iter().enumerate() {
+        for &addr in &fe.binds {
+            // The first bind may pick a port (port 0); siblings join the same one.
+            let mut actual = addr;
+            for list in per_thread.iter_mut() {
+                let l = bind_one(actual).map_err(|source| DaemonError::Bind {
+                    frontend: fe.name.clone(),
+                    addr,
+                    source,
+                })?;
+                if let Ok(a) = l.local_addr() {
+                    actual = a;
+                }
+                list.push((fi, l));
+            }
+            tracing::info!(frontend = %fe.name, addr = %actual, "listening");
+        }
+    }
+    Ok(per_thread)
+}
+
+struct PidFile(Option<PathBuf>);
+
+impl PidFile {
+    fn create(path: Option<&PathBuf>) -> Result<Self, DaemonError> {
+        if let Some(p) = path {
+            std::fs::write(p, format!("{}\n", std::process::id())).map_err(|source| {
+                DaemonError::Pidfile {
+                    path: p.clone(),
+                    source,
+                }
+            })?;
+        }
+        Ok(PidFile(path.cloned()))
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Drop to `user`/`group` from the global section, after binding.
+fn drop_privileges(config: &Config) -> Result<(), DaemonError> {
+    use nix::unistd::{setgid, setgroups, setuid, Group, User};
+    if let Some(g) = &config.global.group {
+        let gid = Group::from_name(g)
+            .map_err(|e| DaemonError::Privileges(format!("group '{g}': {e}")))?
+            .ok_or_else(|| DaemonError::Privileges(format!("unknown group '{g}'")))?
+            .gid;
+        setgroups(&[gid]).map_err(|e| DaemonError::Privileges(format!("setgroups: {e}")))?;
+        setgid(gid).map_err(|e| DaemonError::Privileges(format!("setgid({gid}): {e}")))?;
+    }
+    if let Some(u) = &config.global.user {
+        let uid = User::from_name(u)
+            .map_err(|e| DaemonError::Privileges(format!("user '{u}': {e}")))?
+            .ok_or_else(|| DaemonError::Privileges(format!("unknown user '{u}'")))?
+            .uid;
+        setuid(uid).map_err(|e| DaemonError::Privileges(format!("setuid({uid}): {e}")))?;
+    }
+    Ok(())
+}
+
+/// Run the daemon until it is stopped. Returns when every worker has exited.
+pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
+    let config = Arc::new(config);
+    let nbthread = config.global.nbthread.unwrap_or_else(available_cpus).max(1);
+    let forward_mode = opts.forward_mode.unwrap_or(config.global.forward_mode);
+    crate::handoff::init_pipes(config.global.pipesize, config.global.maxpipes);
+
+    let listeners = bind_all(&config, nbthread)?;
+    let _pidfile = PidFile::create(config.global.pidfile.as_ref())?;
+    drop_privileges(&config)?;
+
+    let (phase_tx, phase_rx) = watch::channel(Phase::Running);
+    let state = Arc::new(State {
+        backends: config.backends.iter().map(BackendRt::new).collect(),
+        stats: Stats::new(&config, nbthread),
+        config: config.clone(),
+        forward_mode,
+        nbthread,
+        conns: AtomicUsize::new(0),
+        conn_released: Notify::new(),
+        phase: phase_rx,
+    });
+    tracing::info!(nbthread, mode = ?forward_mode, "shunt started");
+
+    let mut threads = Vec::with_capacity(nbthread);
+    for (tid, ls) in listeners.into_iter().enumerate() {
+        let state = state.clone();
+        let cfg = SchedConfig {
+            nbthread,
+            runqueue_depth: config.global.runqueue_depth,
+            low_latency: config.global.sched_low_latency,
+        };
+        let h = std::thread::Builder::new()
+            .name(format!("shunt-worker-{tid}"))
+            .spawn(move || scheduler::run_worker(tid, cfg, worker_main(state, ls)))
+            .map_err(|source| DaemonError::Thread {
+                thread: tid,
+                source,
+            })?;
+        threads.push(h);
+    }
+
+    wait_for_signals(&phase_tx, &state, config.global.hard_stop_after);
+    for t in threads {
+        let _ = t.join();
+    }
+    tracing::info!("shunt stopped");
+    Ok(())
+}
+
+/// Block the main thread on signals and drive the phase changes.
+fn wait_for_signals(phase: &watch::Sender<Phase>, state: &State, hard_stop_after: Option<Duration>) {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the signal runtime; stopping");
+            let _ = phase.send(Phase::HardStop);
+            return;
+        }
+    };
+    rt.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int), Ok(mut usr1)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::user_defined1()),
+        ) else {
+            tracing::error!("cannot install signal handlers; stopping");
+            let _ = phase.send(Phase::HardStop);
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {
+                tracing::warn!("Proxy stopping (SIGTERM): closing listeners and flows");
+                let _ = phase.send(Phase::HardStop);
+                return;
+            }
+            _ = int.recv() => {
+                tracing::warn!("Proxy stopping (SIGINT): closing listeners and flows");
+                let _ = phase.send(Phase::HardStop);
+                return;
+            }
+            _ = usr1.recv() => {}
+        }
+        tracing::warn!(flows = state.conns.load(Ordering::Relaxed), "soft-stop (SIGUSR1): listeners closed, waiting for flows to end");
+        let _ = phase.send(Phase::SoftStop);
+        let deadline = hard_stop_after.map(|d| tokio::time::Instant::now() + d);
+        loop {
+            if state.conns.load(Ordering::Relaxed) == 0 {
+                break;
+            }
+            let tick = tokio::time::sleep(Duration::from_millis(50));
+            tokio::select! {
+                _ = tick => {}
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                tracing::warn!("hard-stop-after expired: closing remaining flows");
+                break;
+            }
+        }
+        let _ = phase.send(Phase::HardStop);
+    });
+}
+
+/// One worker: an accept task per listener, then wait for the stop.
+async fn worker_main(state: Arc<State>, listeners: ThreadListeners) {
+    let mut phase = state.phase.clone();
+    let mut tasks = Vec::new();
+    for (fi, l) in listeners {
+        match TcpListener::from_std(l) {
+            Ok(l) => {
+                let st = state.clone();
+                tasks.push(scheduler::spawn(Class::Normal, "accept", accept_loop(st, fi, l)));
+            }
+            Err(e) => tracing::error!(error = %e, "cannot register listener"),
+        }
+    }
+    // Wait for hard stop; the soft stop only closes listeners (accept loops see it).
+    let _ = phase.wait_for(|p| *p == Phase::HardStop).await;
+    for t in &tasks {
+        t.abort();
+    }
+}
+
+/// Whether a new flow fits under the global and frontend maxconn.
+fn has_room(state: &State, fe_idx: usize) -> bool {
+    let fe_max = state.config.frontends[fe_idx].maxconn;
+    state.conns.load(Ordering::Relaxed) < state.config.global.maxconn
+        && (fe_max == 0 || state.stats.frontends[fe_idx].scur() < fe_max)
+}
+
+/// Releases the global connection gauge when the flow ends.
+struct ConnGuard(Arc<State>);
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.0.conns.fetch_sub(1, Ordering::Relaxed);
+        self.0.conn_released.notify_waiters();
+    }
+}
+
+async fn accept_loop(state: Arc<State>, fe_idx: usize, listener: TcpListener) {
+    let mut phase = state.phase.clone();
+    loop {
+        if *phase.borrow() != Phase::Running {
+            break;
+        }
+        if !has_room(&state, fe_idx) {
+            // Stop accepting while full: the kernel keeps new clients in the backlog.
+            let released = state.conn_released.notified();
+            tokio::select! {
+                _ = released => {}
+                _ = tokio::time::sleep(ACCEPT_PAUSE_RECHECK) => {}
+                _ = phase.changed() => {}
+            }
+            continue;
+        }
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = phase.changed() => continue,
+        };
+        match accepted {
+            Ok((sock, peer)) => {
+                state.conns.fetch_add(1, Ordering::Relaxed);
+                let guard = ConnGuard(state.clone());
+                let st = state.clone();
+                let mut ph = state.phase.clone();
+                scheduler::spawn(Class::Normal, "session", async move {
+                    let _guard = guard;
+                    tokio::select! {
+                        _ = crate::session::run(st, fe_idx, sock, peer) => {}
+                        _ = ph.wait_for(|p| *p == Phase::HardStop) => {}
+                    }
+                });
+            }
+            Err(e) => {
+                // EMFILE and friends: count, back off briefly, keep serving.
+                state.stats.frontends[fe_idx].event(Event::Denied);
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    drop(listener);
+    tracing::debug!(frontend = %state.config.frontends[fe_idx].name, "listener closed");
+}

@@ -1,1 +1,86 @@
-fn main() {}
+//! `shunt`: command line, logging, configuration check, then the daemon.
+//!
+//! Only wiring lives here: parse arguments, set up tracing, load and validate
+//! the configuration, and map start-up errors to exit codes (1 for a bad
+//! configuration or a start-up failure, as HAProxy).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use proxy::config::{self, ForwardMode};
+use proxy::daemon::{self, Options};
+
+#[derive(Parser, Debug)]
+#[command(name = "shunt", version, about = "eBPF-assisted TCP proxy and load balancer")]
+struct Args {
+    /// Configuration file (repeatable; files are read in order).
+    #[arg(short = 'f', value_name = "FILE", required = true)]
+    files: Vec<PathBuf>,
+    /// Check the configuration only, then exit.
+    #[arg(short = 'c')]
+    check: bool,
+    /// Forwarding mode, overriding the configuration's `forward-mode`.
+    #[arg(long = "forward-mode", value_name = "auto|sockmap|splice|copy")]
+    forward_mode: Option<ForwardMode>,
+    /// More verbose logging (-v: debug, -vv: trace).
+    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Quiet: warnings and errors only.
+    #[arg(short = 'q')]
+    quiet: bool,
+}
+
+fn init_logging(args: &Args) {
+    use tracing_subscriber::EnvFilter;
+    let default = match (args.quiet, args.verbose) {
+        (true, _) => "warn",
+        (false, 0) => "info",
+        (false, 1) => "debug",
+        (false, _) => "trace",
+    };
+    let filter = if args.verbose > 0 || args.quiet {
+        EnvFilter::new(default)
+    } else {
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default))
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let pid = std::process::id();
+    let loaded = match config::load(&args.files) {
+        Ok(l) => l,
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("[ALERT]    ({pid}) : {e}");
+            }
+            eprintln!("[ALERT]    ({pid}) : Fatal errors found in configuration.");
+            return ExitCode::from(1);
+        }
+    };
+    for w in &loaded.warnings {
+        eprintln!("[WARNING]  ({pid}) : {w}");
+    }
+    if args.check {
+        println!("Configuration file is valid");
+        return ExitCode::SUCCESS;
+    }
+    init_logging(&args);
+    let opts = Options {
+        forward_mode: args.forward_mode,
+    };
+    match daemon::run(loaded.config, opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("[ALERT]    ({pid}) : {e}");
+            ExitCode::from(1)
+        }
+    }
+}

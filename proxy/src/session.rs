@@ -1,1 +1,232 @@
-//! (pending)
+//! One flow, top to bottom: accept → route → pick a server (queue) → connect
+//! (retries, redispatch) → hand off → account → close.
+//!
+//! Owns nothing beyond the flow's lifetime: the client socket, the server slot
+//! and connection, and the gauges it opened (`scur` on frontend, backend and
+//! server), all released by guards so every exit path, including the future
+//! being dropped at hard stop, leaves counters and queues consistent.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::config::{Backend, ForwardMode, Frontend};
+use crate::daemon::State;
+use crate::handoff::{self, End, FlowTimeouts, Meter, Mode};
+use crate::lb::AcquireError;
+use crate::stats::{Counters, Event};
+
+/// Upper bound on HAProxy's turn-around delay between two connection attempts.
+const RETRY_TURNAROUND_MAX: Duration = Duration::from_secs(1);
+
+/// Keeps a `scur` gauge open while alive.
+struct Open<'a>(&'a Counters);
+
+impl<'a> Open<'a> {
+    fn new(c: &'a Counters) -> Self {
+        c.open();
+        Open(c)
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+/// Live byte accounting for one flow: frontend, backend and server counters.
+struct FlowMeter<'a> {
+    fe: &'a Counters,
+    be: &'a Counters,
+    srv: &'a Counters,
+}
+
+impl Meter for FlowMeter<'_> {
+    fn to_server(&self, n: u64) {
+        self.fe.add_in(n);
+        self.be.add_in(n);
+        self.srv.add_in(n);
+    }
+    fn to_client(&self, n: u64) {
+        self.fe.add_out(n);
+        self.be.add_out(n);
+        self.srv.add_out(n);
+    }
+}
+
+/// The backend a frontend routes to: the first `use_backend`, else `default_backend`.
+fn route(fe: &Frontend) -> Option<usize> {
+    fe.use_backends.first().copied().or(fe.default_backend)
+}
+
+/// The forwarding mode for a flow, from the global mode and the proxies' options.
+fn choose_mode(state: &State, fe: &Frontend, be: &Backend) -> Mode {
+    match state.forward_mode {
+        ForwardMode::Copy => Mode::Copy,
+        // Sockmap arrives with the kernel handoff; until then splice is the
+        // next best mode, and `auto` with or without `option splice-*` uses it.
+        ForwardMode::Splice | ForwardMode::Sockmap | ForwardMode::Auto => {
+            let _ = (fe.splice.any(), be.splice.any());
+            Mode::Splice
+        }
+    }
+}
+
+fn flow_timeouts(fe: &Frontend, be: &Backend) -> FlowTimeouts {
+    FlowTimeouts {
+        client: fe.timeouts.client,
+        server: be.timeouts.server,
+        tunnel: be.timeouts.tunnel.or(fe.timeouts.tunnel),
+        client_fin: fe.timeouts.client_fin,
+        server_fin: be.timeouts.server_fin,
+    }
+}
+
+async fn connect(addr: SocketAddr, timeout: Option<Duration>) -> std::io::Result<TcpStream> {
+    let sock = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    sock.set_nodelay(true)?;
+    let fut = sock.connect(addr);
+    match timeout {
+        Some(t) => match tokio::time::timeout(t, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connect timeout",
+            )),
+        },
+        None => fut.await,
+    }
+}
+
+/// Run one client flow accepted on frontend `fe_idx`.
+pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: SocketAddr) {
+    let fe = &state.config.frontends[fe_idx];
+    let fe_ctr = &state.stats.frontends[fe_idx];
+    fe_ctr.event(Event::Session);
+    let _fe_open = Open::new(fe_ctr);
+
+    let Some(be_idx) = route(fe) else {
+        tracing::debug!(frontend = %fe.name, %peer, "no backend to route to; closing");
+        fe_ctr.event(Event::Denied);
+        return;
+    };
+    let be = &state.config.backends[be_idx];
+    let be_rt = &state.backends[be_idx];
+    let be_ctr = &state.stats.backends[be_idx];
+    be_ctr.event(Event::Session);
+    let _be_open = Open::new(be_ctr);
+
+    // Acquire a server slot and connect, with HAProxy's retry and redispatch rules:
+    // `retries` further attempts on the same server; the last one goes elsewhere
+    // when `option redispatch` is set.
+    let mut exclude = None;
+    let mut attempts_left = be.retries;
+    let mut slot = None;
+    let mut server = None;
+    while server.is_none() {
+        let s = match slot.take() {
+            Some(s) => s,
+            None => match be_rt.acquire(peer, exclude, be.timeouts.queue).await {
+                Ok(s) => s,
+                Err(e) => {
+                    match e {
+                        AcquireError::QueueTimeout => be_ctr.event(Event::Timeout),
+                        AcquireError::QueueFull | AcquireError::NoServer => {
+                            be_ctr.event(Event::Denied)
+                        }
+                    }
+                    tracing::debug!(backend = %be.name, %peer, error = %e, "no server for flow");
+                    return;
+                }
+            },
+        };
+        let srv_idx = s.index();
+        let srv_ctr = &state.stats.servers[be_idx][srv_idx];
+        match connect(s.server().addr, be.timeouts.connect).await {
+            Ok(conn) => {
+                srv_ctr.event(Event::Session);
+                server = Some(conn);
+                slot = Some(s);
+            }
+            Err(e) => {
+                srv_ctr.event(Event::ConnError);
+                be_ctr.event(Event::ConnError);
+                tracing::debug!(backend = %be.name, server = %s.server().name, error = %e, "connect failed");
+                if attempts_left == 0 {
+                    return;
+                }
+                attempts_left -= 1;
+                srv_ctr.event(Event::Retry);
+                be_ctr.event(Event::Retry);
+                if attempts_left == 0 && be.redispatch && be_rt.servers.len() > 1 {
+                    srv_ctr.event(Event::Redispatch);
+                    be_ctr.event(Event::Redispatch);
+                    exclude = Some(srv_idx);
+                    drop(s); // the slot is released; a new pick follows
+                } else {
+                    let pause = be
+                        .timeouts
+                        .connect
+                        .map_or(RETRY_TURNAROUND_MAX, |c| c.min(RETRY_TURNAROUND_MAX));
+                    tokio::time::sleep(pause).await;
+                    slot = Some(s);
+                }
+            }
+        }
+    }
+    let (Some(server), Some(slot)) = (server, slot) else {
+        return;
+    };
+    let srv_idx = slot.index();
+    let srv_ctr = &state.stats.servers[be_idx][srv_idx];
+    let _srv_open = Open::new(srv_ctr);
+
+    let meter = FlowMeter {
+        fe: fe_ctr,
+        be: be_ctr,
+        srv: srv_ctr,
+    };
+    let mode = choose_mode(&state, fe, be);
+    let out = handoff::forward(
+        client,
+        server,
+        Vec::new(),
+        mode,
+        flow_timeouts(fe, be),
+        &meter,
+    )
+    .await;
+    match &out.end {
+        End::Done => {}
+        End::ClientReset => {
+            fe_ctr.event(Event::ClientAbort);
+            be_ctr.event(Event::ClientAbort);
+            srv_ctr.event(Event::ClientAbort);
+        }
+        End::ServerReset => {
+            be_ctr.event(Event::ServerAbort);
+            srv_ctr.event(Event::ServerAbort);
+            srv_ctr.event(Event::RespError);
+        }
+        End::ClientTimeout | End::ServerTimeout => {
+            fe_ctr.event(Event::Timeout);
+            be_ctr.event(Event::Timeout);
+        }
+        End::Error(e) => {
+            tracing::debug!(error = %e, "flow ended with an error");
+            be_ctr.event(Event::RespError);
+        }
+    }
+    tracing::debug!(
+        frontend = %fe.name, backend = %be.name, server = %slot.server().name, %peer,
+        to_server = out.to_server, to_client = out.to_client, mode = ?out.mode, end = ?out.end,
+        "flow closed"
+    );
+}
