@@ -92,6 +92,7 @@ impl Shunt {
     pub fn start(cfg: &str, args: &[&str]) -> Shunt {
         let dir = TempDir::new("shunt");
         let cfg_path = dir.path().join("shunt.cfg");
+        let cfg = cfg.replace("@DIR@", &dir.path().display().to_string());
         std::fs::write(&cfg_path, cfg).expect("write config");
         let log = std::fs::File::create(dir.path().join("stderr")).expect("log file");
         let child = Command::new(shunt_bin())
@@ -121,6 +122,16 @@ impl Shunt {
             std::thread::sleep(Duration::from_millis(20));
         }
         s
+    }
+
+    /// The scratch directory (`@DIR@` in the config).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `@DIR@/admin.sock`, the stats socket of configs made by [`simple_config`].
+    pub fn sock(&self) -> PathBuf {
+        self.dir.path().join("admin.sock")
     }
 
     pub fn stderr(&self) -> String {
@@ -307,10 +318,56 @@ pub const USERSPACE_MODES: [&str; 2] = ["copy", "splice"];
 /// A minimal config: one frontend on `port` to one backend with `servers`.
 pub fn simple_config(port: u16, servers: &[SocketAddr], extra_backend: &str) -> String {
     let mut cfg = format!(
-        "global\n    nbthread 2\n\ndefaults\n    mode tcp\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n\nfrontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\nbackend be\n{extra_backend}"
+        "global\n    nbthread 2\n    stats socket @DIR@/admin.sock level admin\n\ndefaults\n    mode tcp\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n\nfrontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\nbackend be\n{extra_backend}"
     );
     for (i, s) in servers.iter().enumerate() {
         cfg.push_str(&format!("    server s{} {}\n", i + 1, s));
     }
     cfg
+}
+
+/// Ask a stats socket one command (non-interactive) and return the answer.
+pub fn cli(sock: &Path, cmd: &str) -> String {
+    use std::os::unix::net::UnixStream;
+    let mut s = UnixStream::connect(sock).unwrap_or_else(|e| panic!("connect {}: {e}", sock.display()));
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(format!("{cmd}\n").as_bytes()).expect("write cmd");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read answer");
+    out
+}
+
+/// `show stat` as rows of (pxname, svname) → column → value.
+pub fn show_stat(sock: &Path) -> Vec<std::collections::HashMap<String, String>> {
+    let text = cli(sock, "show stat");
+    let mut lines = text.lines();
+    let header = lines.next().expect("header");
+    let cols: Vec<String> = header
+        .trim_start_matches("# ")
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    lines
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            cols.iter()
+                .cloned()
+                .zip(l.split(',').map(str::to_owned))
+                .collect()
+        })
+        .collect()
+}
+
+/// One numeric `show stat` value for (pxname, svname, column).
+pub fn stat(sock: &Path, px: &str, sv: &str, col: &str) -> u64 {
+    let rows = show_stat(sock);
+    let row = rows
+        .iter()
+        .find(|r| r.get("pxname").map(String::as_str) == Some(px) && r.get("svname").map(String::as_str) == Some(sv))
+        .unwrap_or_else(|| panic!("no stat row {px}/{sv}"));
+    row.get(col)
+        .unwrap_or_else(|| panic!("no column {col}"))
+        .parse()
+        .unwrap_or(0)
 }
