@@ -25,13 +25,15 @@ fn which_server(addr: SocketAddr, from: Option<[u8; 4]>) -> u8 {
         Some(ip) => {
             let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
                 .expect("socket");
-            sock.bind(&SocketAddr::from((ip, 0)).into()).expect("bind client address");
+            sock.bind(&SocketAddr::from((ip, 0)).into())
+                .expect("bind client address");
             sock.connect(&addr.into()).expect("connect");
             TcpStream::from(sock)
         }
     };
     let mut s = s;
-    s.set_read_timeout(Some(Duration::from_secs(10))).expect("t");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("t");
     let mut b = [0u8; 1];
     s.read_exact(&mut b).expect("server tag");
     b[0]
@@ -53,7 +55,10 @@ fn weighted_roundrobin_end_to_end() {
     }
     for (i, c) in counts.iter().enumerate() {
         let want = 100 * (i + 1);
-        assert!(c.abs_diff(want) <= want * 3 / 100, "server {i}: {c} of 600, want {want}; all {counts:?}");
+        assert!(
+            c.abs_diff(want) <= want * 3 / 100,
+            "server {i}: {c} of 600, want {want}; all {counts:?}"
+        );
     }
 }
 
@@ -72,8 +77,15 @@ fn source_hash_is_stable_per_client_address() {
         let first = which_server(addr, Some([127, 0, 0, host]));
         seen.insert(first);
         for _ in 0..4 {
-            assert_eq!(which_server(addr, Some([127, 0, 0, host])), first, "client 127.0.0.{host} moved");
+            assert_eq!(
+                which_server(addr, Some([127, 0, 0, host])),
+                first,
+                "client 127.0.0.{host} moved"
+            );
         }
     }
-    assert!(seen.len() >= 3, "32 client addresses should spread over the servers: {seen:?}");
+    assert!(
+        seen.len() >= 3,
+        "32 client addresses should spread over the servers: {seen:?}"
+    );
 }

@@ -14,7 +14,10 @@ const MIB: usize = 1024 * 1024;
 
 fn start(servers: &[SocketAddr], extra: &str, mode: &str) -> (Shunt, SocketAddr) {
     let port = free_port();
-    let shunt = Shunt::start(&simple_config(port, servers, extra), &["--forward-mode", mode]);
+    let shunt = Shunt::start(
+        &simple_config(port, servers, extra),
+        &["--forward-mode", mode],
+    );
     (shunt, SocketAddr::from(([127, 0, 0, 1], port)))
 }
 
@@ -53,7 +56,11 @@ fn bidirectional(mode: &str, size: usize) {
     while got_up.lock().expect("lock").is_empty() && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(*got_up.lock().expect("lock"), sha256(&up), "{mode}: data to server");
+    assert_eq!(
+        *got_up.lock().expect("lock"),
+        sha256(&up),
+        "{mode}: data to server"
+    );
 }
 
 #[test]
@@ -71,7 +78,8 @@ fn integrity_200_concurrent_flows() {
         let clients: Vec<_> = (0..200u64)
             .map(|i| {
                 std::thread::spawn(move || {
-                    let size = (pattern(8, i)[0] as usize * 977 + (i as usize) * 131) % (600 * 1024) + 1;
+                    let size =
+                        (pattern(8, i)[0] as usize * 977 + (i as usize) * 131) % (600 * 1024) + 1;
                     let data = pattern(size, i + 1);
                     let mut c = connect(addr);
                     let mut w = c.try_clone().expect("clone");
@@ -126,14 +134,22 @@ fn half_close_client_first_and_server_first() {
         let mut first = vec![0u8; m];
         c.read_exact(&mut first).expect("read server data");
         let mut one = [0u8; 1];
-        assert_eq!(c.read(&mut one).expect("eof"), 0, "{mode}: EOF after server data");
+        assert_eq!(
+            c.read(&mut one).expect("eof"),
+            0,
+            "{mode}: EOF after server data"
+        );
         c.write_all(&pattern(n, 4)).expect("send after server EOF");
         c.shutdown(Shutdown::Write).expect("shut");
         let t0 = Instant::now();
         while got_n.load(Ordering::SeqCst) != n && t0.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert_eq!(got_n.load(Ordering::SeqCst), n, "{mode}: server got the client's bytes");
+        assert_eq!(
+            got_n.load(Ordering::SeqCst),
+            n,
+            "{mode}: server got the client's bytes"
+        );
     }
 }
 
@@ -144,7 +160,8 @@ fn reset(s: &TcpStream) {
 }
 
 fn expect_reset(s: &mut TcpStream, what: &str) {
-    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
     let mut buf = [0u8; 1024];
     loop {
         match s.read(&mut buf) {
@@ -175,9 +192,11 @@ fn reset_propagates_both_ways() {
         let server = Server::start(move |mut s| {
             let mut b = [0u8; 5];
             s.read_exact(&mut b).expect("hello");
-            s.set_read_timeout(Some(Duration::from_secs(10))).expect("t");
+            s.set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("t");
             let r = s.read(&mut [0u8; 16]);
-            let _ = tx.send(matches!(r, Err(ref e) if e.kind() == std::io::ErrorKind::ConnectionReset));
+            let _ =
+                tx.send(matches!(r, Err(ref e) if e.kind() == std::io::ErrorKind::ConnectionReset));
         });
         let (_shunt, addr) = start(&[server.addr], "", mode);
         let c = connect(addr);
@@ -185,8 +204,13 @@ fn reset_propagates_both_ways() {
         std::thread::sleep(Duration::from_millis(100));
         reset(&c);
         drop(c);
-        let was_reset = rx.recv_timeout(Duration::from_secs(10)).expect("server verdict");
-        assert!(was_reset, "{mode}: the server must see a reset when the client resets");
+        let was_reset = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("server verdict");
+        assert!(
+            was_reset,
+            "{mode}: the server must see a reset when the client resets"
+        );
     }
 }
 
@@ -196,7 +220,10 @@ fn reset_propagates_both_ways() {
 fn splice_cork_regression() {
     let server = Server::echo();
     let port = free_port();
-    let cfg = simple_config(port, &[server.addr], "").replace("    nbthread 2\n", "    nbthread 2\n    tune.pipesize 8192\n");
+    let cfg = simple_config(port, &[server.addr], "").replace(
+        "    nbthread 2\n",
+        "    nbthread 2\n    tune.pipesize 8192\n",
+    );
     let _shunt = Shunt::start(&cfg, &["--forward-mode", "splice"]);
     let mut c = connect(SocketAddr::from(([127, 0, 0, 1], port)));
     c.set_nodelay(true).expect("nodelay");
@@ -236,13 +263,22 @@ fn dead_server_retries_then_redispatch() {
         let mut c = connect(addr);
         c.write_all(b"ping").expect("send");
         let mut b = [0u8; 4];
-        c.set_read_timeout(Some(Duration::from_secs(10))).expect("t");
+        c.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("t");
         c.read_exact(&mut b).expect("echo through the live server");
         assert_eq!(&b, b"ping");
         let sock = shunt.sock();
-        assert_eq!(stat(&sock, "be", "s1", "econ"), 2, "{mode}: connection errors counted on s1");
+        assert_eq!(
+            stat(&sock, "be", "s1", "econ"),
+            2,
+            "{mode}: connection errors counted on s1"
+        );
         assert_eq!(stat(&sock, "be", "BACKEND", "wretr"), 2, "{mode}: retries");
-        assert_eq!(stat(&sock, "be", "BACKEND", "wredis"), 1, "{mode}: redispatch");
+        assert_eq!(
+            stat(&sock, "be", "BACKEND", "wredis"),
+            1,
+            "{mode}: redispatch"
+        );
         assert_eq!(live.accepted.load(Ordering::SeqCst), 1);
     }
 }
@@ -252,14 +288,26 @@ fn all_servers_down_closes_client() {
     for mode in USERSPACE_MODES {
         let dead1 = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let dead2 = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let (shunt, addr) = start(&[dead1, dead2], "    retries 1\n    option redispatch\n    timeout connect 200ms\n", mode);
+        let (shunt, addr) = start(
+            &[dead1, dead2],
+            "    retries 1\n    option redispatch\n    timeout connect 200ms\n",
+            mode,
+        );
         let mut c = connect(addr);
-        c.set_read_timeout(Some(Duration::from_secs(10))).expect("t");
+        c.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("t");
         let mut b = [0u8; 8];
         let r = c.read(&mut b);
-        assert!(matches!(r, Ok(0) | Err(_)), "{mode}: client must be closed, got {r:?}");
+        assert!(
+            matches!(r, Ok(0) | Err(_)),
+            "{mode}: client must be closed, got {r:?}"
+        );
         let sock = shunt.sock();
-        assert_eq!(stat(&sock, "be", "BACKEND", "econ"), 2, "{mode}: both attempts failed");
+        assert_eq!(
+            stat(&sock, "be", "BACKEND", "econ"),
+            2,
+            "{mode}: both attempts failed"
+        );
     }
 }
 
@@ -288,7 +336,8 @@ fn server_maxconn_queues_and_queue_timeout() {
             .map(|_| {
                 std::thread::spawn(move || {
                     let mut c = connect(addr);
-                    c.set_read_timeout(Some(Duration::from_secs(20))).expect("t");
+                    c.set_read_timeout(Some(Duration::from_secs(20)))
+                        .expect("t");
                     c.write_all(b"ping").expect("send");
                     let mut b = [0u8; 4];
                     c.read_exact(&mut b).expect("served after queueing");
@@ -298,8 +347,15 @@ fn server_maxconn_queues_and_queue_timeout() {
         for c in clients {
             c.join().expect("client");
         }
-        assert_eq!(peak.load(Ordering::SeqCst), 2, "{mode}: at most 2 server connections at once");
-        assert!(stat(&shunt.sock(), "be", "s1", "qmax") >= 1, "{mode}: the queue was used");
+        assert_eq!(
+            peak.load(Ordering::SeqCst),
+            2,
+            "{mode}: at most 2 server connections at once"
+        );
+        assert!(
+            stat(&shunt.sock(), "be", "s1", "qmax") >= 1,
+            "{mode}: the queue was used"
+        );
         drop(shunt);
 
         // Queue timeout: one slot held forever; the next client waits 300 ms then is closed.
@@ -314,11 +370,16 @@ fn server_maxconn_queues_and_queue_timeout() {
         let _holder = connect(addr);
         std::thread::sleep(Duration::from_millis(200));
         let mut waiter = connect(addr);
-        waiter.set_read_timeout(Some(Duration::from_secs(10))).expect("t");
+        waiter
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("t");
         let t0 = Instant::now();
         let r = waiter.read(&mut [0u8; 4]);
         let waited = t0.elapsed();
-        assert!(matches!(r, Ok(0) | Err(_)), "{mode}: queued client closed, got {r:?}");
+        assert!(
+            matches!(r, Ok(0) | Err(_)),
+            "{mode}: queued client closed, got {r:?}"
+        );
         assert!(
             waited >= Duration::from_millis(200) && waited < Duration::from_secs(5),
             "{mode}: closed after the queue timeout, waited {waited:?}"

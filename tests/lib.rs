@@ -329,10 +329,12 @@ pub fn simple_config(port: u16, servers: &[SocketAddr], extra_backend: &str) -> 
 /// Ask a stats socket one command (non-interactive) and return the answer.
 pub fn cli(sock: &Path, cmd: &str) -> String {
     use std::os::unix::net::UnixStream;
-    let mut s = UnixStream::connect(sock).unwrap_or_else(|e| panic!("connect {}: {e}", sock.display()));
+    let mut s =
+        UnixStream::connect(sock).unwrap_or_else(|e| panic!("connect {}: {e}", sock.display()));
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
-    s.write_all(format!("{cmd}\n").as_bytes()).expect("write cmd");
+    s.write_all(format!("{cmd}\n").as_bytes())
+        .expect("write cmd");
     let mut out = String::new();
     s.read_to_string(&mut out).expect("read answer");
     out
@@ -364,7 +366,10 @@ pub fn stat(sock: &Path, px: &str, sv: &str, col: &str) -> u64 {
     let rows = show_stat(sock);
     let row = rows
         .iter()
-        .find(|r| r.get("pxname").map(String::as_str) == Some(px) && r.get("svname").map(String::as_str) == Some(sv))
+        .find(|r| {
+            r.get("pxname").map(String::as_str) == Some(px)
+                && r.get("svname").map(String::as_str) == Some(sv)
+        })
         .unwrap_or_else(|| panic!("no stat row {px}/{sv}"));
     row.get(col)
         .unwrap_or_else(|| panic!("no column {col}"))

@@ -220,8 +220,15 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
 }
 
 /// Block the main thread on signals and drive the phase changes.
-fn wait_for_signals(phase: &watch::Sender<Phase>, state: &State, hard_stop_after: Option<Duration>) {
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+fn wait_for_signals(
+    phase: &watch::Sender<Phase>,
+    state: &State,
+    hard_stop_after: Option<Duration>,
+) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot build the signal runtime; stopping");
@@ -253,7 +260,10 @@ fn wait_for_signals(phase: &watch::Sender<Phase>, state: &State, hard_stop_after
             }
             _ = usr1.recv() => {}
         }
-        tracing::warn!(flows = state.conns.load(Ordering::Relaxed), "soft-stop (SIGUSR1): listeners closed, waiting for flows to end");
+        tracing::warn!(
+            flows = state.conns.load(Ordering::Relaxed),
+            "soft-stop (SIGUSR1): listeners closed, waiting for flows to end"
+        );
         let _ = phase.send(Phase::SoftStop);
         let deadline = hard_stop_after.map(|d| tokio::time::Instant::now() + d);
         loop {
@@ -283,7 +293,11 @@ async fn worker_main(state: Arc<State>, listeners: ThreadListeners) {
         match TcpListener::from_std(l) {
             Ok(l) => {
                 let st = state.clone();
-                tasks.push(scheduler::spawn(Class::Normal, "accept", accept_loop(st, fi, l)));
+                tasks.push(scheduler::spawn(
+                    Class::Normal,
+                    "accept",
+                    accept_loop(st, fi, l),
+                ));
             }
             Err(e) => tracing::error!(error = %e, "cannot register listener"),
         }

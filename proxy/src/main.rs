@@ -12,7 +12,11 @@ use proxy::config::{self, ForwardMode};
 use proxy::daemon::{self, Options};
 
 #[derive(Parser, Debug)]
-#[command(name = "shunt", version, about = "eBPF-assisted TCP proxy and load balancer")]
+#[command(
+    name = "shunt",
+    version,
+    about = "eBPF-assisted TCP proxy and load balancer"
+)]
 struct Args {
     /// Configuration file (repeatable; files are read in order).
     #[arg(short = 'f', value_name = "FILE", required = true)]

@@ -122,6 +122,8 @@ pub struct Timeouts {
     pub client_fin: Option<Duration>,
     pub server_fin: Option<Duration>,
     pub queue: Option<Duration>,
+    /// `timeout check`: extra read timeout of a health check once connected.
+    pub check: Option<Duration>,
 }
 
 /// Which splice options a proxy carries (`option splice-auto|splice-request|splice-response`).

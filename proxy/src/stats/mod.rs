@@ -167,8 +167,16 @@ pub struct Stats {
 impl Stats {
     pub fn new(cfg: &Config, nbthread: usize) -> Arc<Self> {
         Arc::new(Self {
-            frontends: cfg.frontends.iter().map(|_| Counters::new(nbthread)).collect(),
-            backends: cfg.backends.iter().map(|_| Counters::new(nbthread)).collect(),
+            frontends: cfg
+                .frontends
+                .iter()
+                .map(|_| Counters::new(nbthread))
+                .collect(),
+            backends: cfg
+                .backends
+                .iter()
+                .map(|_| Counters::new(nbthread))
+                .collect(),
             servers: cfg
                 .backends
                 .iter()

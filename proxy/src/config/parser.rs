@@ -1,0 +1,1140 @@
+//! Section and keyword parsing: configuration lines in, drafts out.
+//!
+//! Owns the section state machine (`global`, `defaults`, `frontend`,
+//! `backend`, `listen`) and every keyword's syntax. It produces drafts
+//! ([`ProxyDraft`], [`ServerDraft`]) plus located errors and warnings; it never
+//! resolves names across proxies (that is `validate`'s job). One bad line
+//! yields at most one error and parsing goes on, so every error is reported.
+//!
+//! Invariants: a proxy draft is a copy of the defaults section in force when
+//! its header was read (the last one, or the one named by `from`); a defaults
+//! section never holds binds, servers or `use_backend` rules.
+
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+use std::time::Duration;
+
+use super::addr::parse_addr;
+use super::lexer::split_line;
+use super::model::*;
+use super::units::{parse_size, parse_time};
+use super::ConfigError;
+
+/// HAProxy's MAX_THREADS on 64-bit builds.
+pub const MAX_NBTHREAD: usize = 64;
+/// Upper bound for any `maxconn`: far above what one host can hold, low
+/// enough that per-connection tables sized from it stay allocatable.
+pub const MAX_MAXCONN: usize = 1 << 22;
+/// Server weights are 0..=256, as in HAProxy.
+pub const MAX_WEIGHT: u32 = 256;
+/// Default server weight.
+pub const DEFAULT_WEIGHT: u32 = 1;
+/// Default `retries`, as in HAProxy.
+pub const DEFAULT_RETRIES: u32 = 3;
+/// Each retry is a new connect attempt; more than this is a typo, not a policy.
+pub const MAX_RETRIES: u32 = 100;
+/// Smallest useful pipe: one page, the kernel's own minimum.
+pub const MIN_PIPESIZE: u64 = 4096;
+/// Largest `tune.pipesize` accepted (the kernel may still refuse beyond
+/// /proc/sys/fs/pipe-max-size for unprivileged processes).
+pub const MAX_PIPESIZE: u64 = 256 << 20;
+/// Largest `stats socket ... mode` (permission bits plus setuid/setgid/sticky).
+pub const MAX_SOCKET_MODE: u32 = 0o7777;
+
+/// The kind of section a draft comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Defaults,
+    Frontend,
+    Backend,
+    Listen,
+}
+
+impl Kind {
+    /// Has frontend capability (accepts connections).
+    pub fn fe(self) -> bool {
+        matches!(self, Kind::Frontend | Kind::Listen)
+    }
+    /// Has backend capability (holds servers).
+    pub fn be(self) -> bool {
+        matches!(self, Kind::Backend | Kind::Listen)
+    }
+    /// The section keyword.
+    pub fn section(self) -> &'static str {
+        match self {
+            Kind::Defaults => "defaults",
+            Kind::Frontend => "frontend",
+            Kind::Backend => "backend",
+            Kind::Listen => "listen",
+        }
+    }
+    /// How HAProxy names a proxy of this kind in messages (`proxy_type_str`).
+    pub fn type_str(self) -> &'static str {
+        match self {
+            Kind::Defaults => "defaults",
+            Kind::Frontend => "frontend",
+            Kind::Backend => "backend",
+            Kind::Listen => "proxy",
+        }
+    }
+}
+
+/// Server settings that `default-server` can preset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerOpts {
+    pub weight: u32,
+    pub maxconn: usize,
+    pub maxqueue: usize,
+    pub backup: bool,
+    pub disabled: bool,
+    pub check: CheckParams,
+}
+
+impl Default for ServerOpts {
+    fn default() -> Self {
+        Self {
+            weight: DEFAULT_WEIGHT,
+            maxconn: 0,
+            maxqueue: 0,
+            backup: false,
+            disabled: false,
+            check: CheckParams::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerDraft {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub id: Option<u32>,
+    pub opts: ServerOpts,
+    pub loc: Location,
+}
+
+/// A `defaults`, `frontend`, `backend` or `listen` section as parsed.
+#[derive(Debug, Clone)]
+pub struct ProxyDraft {
+    pub kind: Kind,
+    /// Empty for an unnamed defaults section.
+    pub name: String,
+    pub loc: Location,
+    pub timeouts: Timeouts,
+    pub retries: u32,
+    pub balance: Balance,
+    /// Frontend `maxconn`.
+    pub maxconn: usize,
+    /// Backend `fullconn`.
+    pub fullconn: usize,
+    pub redispatch: bool,
+    pub splice: SpliceOpts,
+    pub log_global: bool,
+    pub default_backend: Option<(String, Location)>,
+    pub use_backends: Vec<(String, Location)>,
+    pub binds: Vec<(SocketAddr, Location)>,
+    pub servers: Vec<ServerDraft>,
+    pub default_server: ServerOpts,
+}
+
+impl ProxyDraft {
+    fn fresh(kind: Kind, name: &str, loc: &Location) -> Self {
+        Self {
+            kind,
+            name: name.to_string(),
+            loc: loc.clone(),
+            timeouts: Timeouts::default(),
+            retries: DEFAULT_RETRIES,
+            balance: Balance::default(),
+            maxconn: 0,
+            fullconn: 0,
+            redispatch: false,
+            splice: SpliceOpts::default(),
+            log_global: false,
+            default_backend: None,
+            use_backends: Vec::new(),
+            binds: Vec::new(),
+            servers: Vec::new(),
+            default_server: ServerOpts::default(),
+        }
+    }
+}
+
+enum Section {
+    None,
+    Global,
+    Defaults(usize),
+    Proxy(usize),
+    /// A section shunt does not support; its lines are skipped (one error was reported).
+    Unsupported,
+}
+
+/// Everything parsed so far, across all files.
+pub struct Parser<'e> {
+    pub global: Global,
+    pub maxpipes_set: bool,
+    pub defaults: Vec<ProxyDraft>,
+    current_defaults: Option<usize>,
+    pub proxies: Vec<ProxyDraft>,
+    section: Section,
+    pub errors: Vec<ConfigError>,
+    pub warnings: Vec<String>,
+    env: &'e dyn Fn(&str) -> Option<String>,
+}
+
+const SECTIONS: &[&str] = &["global", "defaults", "frontend", "backend", "listen"];
+
+/// HAProxy sections shunt knows about but does not implement.
+const UNSUPPORTED_SECTIONS: &[&str] = &[
+    "peers",
+    "resolvers",
+    "userlist",
+    "mailers",
+    "program",
+    "http-errors",
+    "ring",
+    "cache",
+    "fcgi-app",
+];
+
+const GLOBAL_KEYWORDS: &[&str] = &[
+    "nbthread",
+    "maxconn",
+    "user",
+    "group",
+    "pidfile",
+    "hard-stop-after",
+    "stats",
+    "forward-mode",
+    "tune.pipesize",
+    "maxpipes",
+    "tune.runqueue-depth",
+    "tune.sched.low-latency",
+    "log",
+    "daemon",
+];
+
+// Capability bits of proxy keywords.
+const DEF: u8 = 1;
+const FE: u8 = 2;
+const BE: u8 = 4;
+const ALL: u8 = DEF | FE | BE;
+
+const PROXY_KEYWORDS: &[(&str, u8)] = &[
+    ("mode", ALL),
+    ("bind", FE),
+    ("default_backend", DEF | FE),
+    ("use_backend", FE),
+    ("maxconn", DEF | FE),
+    ("fullconn", DEF | BE),
+    ("balance", DEF | BE),
+    ("server", BE),
+    ("default-server", DEF | BE),
+    ("timeout", ALL),
+    ("retries", DEF | BE),
+    ("option", ALL),
+    ("log", ALL),
+    ("no", ALL),
+];
+
+/// HAProxy proxy keywords that only make sense for HTTP.
+const HTTP_ONLY_KEYWORDS: &[&str] = &[
+    "http-request",
+    "http-response",
+    "http-after-response",
+    "http-check",
+    "http-reuse",
+    "redirect",
+    "cookie",
+    "capture",
+    "compression",
+    "errorfile",
+    "errorloc",
+    "monitor-uri",
+    "stats",
+    "unique-id-format",
+];
+
+/// HAProxy proxy keywords that need ACLs, which shunt does not have yet.
+const ACL_KEYWORDS: &[&str] = &["acl", "tcp-request", "tcp-response", "stick", "stick-table"];
+
+const SERVER_KEYWORDS: &[&str] = &[
+    "addr",
+    "agent-check",
+    "agent-inter",
+    "agent-port",
+    "backup",
+    "check",
+    "disabled",
+    "downinter",
+    "enabled",
+    "fall",
+    "fastinter",
+    "id",
+    "inter",
+    "maxconn",
+    "maxqueue",
+    "no-agent-check",
+    "no-backup",
+    "no-check",
+    "on-marked-down",
+    "port",
+    "rise",
+    "weight",
+];
+
+/// Levenshtein distance, for "did you mean" hints.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The closest candidate, if it is close enough to be a likely typo.
+fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (word.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|c| (distance(word, c), c))
+        .filter(|&(d, _)| d <= limit)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, c)| c)
+}
+
+fn with_hint(msg: String, hint: Option<&str>) -> String {
+    match hint {
+        Some(h) => format!("{msg}; did you mean '{h}' maybe ?"),
+        None => msg,
+    }
+}
+
+/// The first character HAProxy would refuse in a proxy or server name.
+fn invalid_name_char(name: &str) -> Option<char> {
+    name.chars()
+        .find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
+}
+
+fn no_extra(args: &[String], used: usize, kw: &str) -> Result<(), String> {
+    match args.get(used) {
+        Some(x) => Err(format!("'{kw}' cannot handle unexpected argument '{x}'.")),
+        None => Ok(()),
+    }
+}
+
+fn int_arg<T: FromStr>(val: Option<&str>, kw: &str) -> Result<T, String> {
+    let v = val.ok_or_else(|| format!("'{kw}' expects an integer argument."))?;
+    if !v.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("'{kw}' expects an integer argument (got '{v}')."));
+    }
+    v.parse()
+        .map_err(|_| format!("'{kw}' value '{v}' is out of range."))
+}
+
+fn bounded(v: usize, min: usize, max: usize, kw: &str) -> Result<usize, String> {
+    if (min..=max).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!(
+            "'{kw}' value must be between {min} and {max} (was {v})"
+        ))
+    }
+}
+
+fn time_arg(val: Option<&str>, kw: &str) -> Result<Duration, String> {
+    let v = val.ok_or_else(|| format!("'{kw}' expects <time> as argument."))?;
+    parse_time(v).map_err(|e| format!("{e} in argument to '{kw}'."))
+}
+
+fn port_arg(val: Option<&str>, kw: &str) -> Result<u16, String> {
+    let v = val.ok_or_else(|| format!("'{kw}' expects a port number."))?;
+    match v.parse::<u16>() {
+        Ok(p) if p > 0 && v.bytes().all(|b| b.is_ascii_digit()) => Ok(p),
+        _ => Err(format!("'{kw}' expects a valid port number (got '{v}').")),
+    }
+}
+
+/// Parses the keywords after `server NAME ADDR` or `default-server`.
+/// `id` is `None` for `default-server`, which cannot carry an id.
+fn server_keywords(
+    words: &[String],
+    who: &str,
+    opts: &mut ServerOpts,
+    mut id: Option<&mut Option<u32>>,
+) -> Result<(), String> {
+    let mut i = 0;
+    while i < words.len() {
+        let kw = words[i].as_str();
+        let val = words.get(i + 1).map(String::as_str);
+        let mut takes_value = true;
+        match kw {
+            "weight" => {
+                let w: u32 = int_arg(val, kw)?;
+                if w > MAX_WEIGHT {
+                    return Err(format!(
+                        "weight of server {who} is not within 0 and {MAX_WEIGHT} ({w})."
+                    ));
+                }
+                opts.weight = w;
+            }
+            "maxconn" => opts.maxconn = bounded(int_arg(val, kw)?, 0, MAX_MAXCONN, kw)?,
+            "maxqueue" => opts.maxqueue = bounded(int_arg(val, kw)?, 0, MAX_MAXCONN, kw)?,
+            "id" => {
+                let Some(slot) = id.as_deref_mut() else {
+                    return Err("'id' is not allowed on 'default-server'.".to_string());
+                };
+                let n: u32 = int_arg(val, kw)?;
+                if n == 0 {
+                    return Err("'id' : custom id has to be > 0.".to_string());
+                }
+                *slot = Some(n);
+            }
+            "inter" | "fastinter" | "downinter" | "agent-inter" => {
+                let t = time_arg(val, kw)?;
+                if t.is_zero() {
+                    return Err(format!(
+                        "invalid value 0 for argument '{kw}' of server {who}."
+                    ));
+                }
+                let c = &mut opts.check;
+                match kw {
+                    "inter" => c.inter = Some(t),
+                    "fastinter" => c.fastinter = Some(t),
+                    "downinter" => c.downinter = Some(t),
+                    _ => c.agent_inter = Some(t),
+                }
+            }
+            "rise" | "fall" => {
+                let n: u32 = int_arg(val, kw)?;
+                if n == 0 {
+                    return Err(format!("'{kw}' has to be > 0."));
+                }
+                if kw == "rise" {
+                    opts.check.rise = Some(n);
+                } else {
+                    opts.check.fall = Some(n);
+                }
+            }
+            "port" => opts.check.port = Some(port_arg(val, kw)?),
+            "agent-port" => opts.check.agent_port = Some(port_arg(val, kw)?),
+            "addr" => {
+                let v = val.ok_or_else(|| "'addr' expects an IP address.".to_string())?;
+                if v.parse::<IpAddr>().is_err() {
+                    return Err(format!("'addr' expects an IP address (got '{v}')."));
+                }
+                opts.check.addr = Some(v.to_string());
+            }
+            "on-marked-down" => match val {
+                Some("shutdown-sessions") => opts.check.on_marked_down_shutdown = true,
+                other => {
+                    return Err(format!(
+                        "'on-marked-down' expects 'shutdown-sessions' but got '{}'.",
+                        other.unwrap_or("")
+                    ))
+                }
+            },
+            flag => {
+                takes_value = false;
+                match flag {
+                    "backup" => opts.backup = true,
+                    "no-backup" => opts.backup = false,
+                    "disabled" => opts.disabled = true,
+                    "enabled" => opts.disabled = false,
+                    "check" => opts.check.enabled = true,
+                    "no-check" => opts.check.enabled = false,
+                    "agent-check" => opts.check.agent_check = true,
+                    "no-agent-check" => opts.check.agent_check = false,
+                    unknown => {
+                        let msg = format!("unknown keyword '{unknown}'");
+                        let msg = with_hint(msg, suggest(unknown, SERVER_KEYWORDS.iter().copied()));
+                        return Err(format!(
+                            "{msg}. Registered keywords : {}.",
+                            SERVER_KEYWORDS.join(", ")
+                        ));
+                    }
+                }
+            }
+        }
+        i += if takes_value { 2 } else { 1 };
+    }
+    Ok(())
+}
+
+impl<'e> Parser<'e> {
+    pub fn new(env: &'e dyn Fn(&str) -> Option<String>) -> Self {
+        Self {
+            global: Global::default(),
+            maxpipes_set: false,
+            defaults: Vec::new(),
+            current_defaults: None,
+            proxies: Vec::new(),
+            section: Section::None,
+            errors: Vec::new(),
+            warnings: Vec::new(),
+            env,
+        }
+    }
+
+    fn error(&mut self, loc: &Location, msg: String) {
+        self.errors.push(ConfigError::Parse {
+            at: loc.clone(),
+            msg,
+        });
+    }
+
+    /// Parses one file. Each file starts outside any section (as in HAProxy);
+    /// defaults sections carry over to the following files.
+    pub fn feed(&mut self, file: &str, text: &str) {
+        self.section = Section::None;
+        for (n, raw) in text.lines().enumerate() {
+            let loc = Location {
+                file: file.to_string(),
+                line: n + 1,
+            };
+            match split_line(raw, self.env) {
+                Ok(words) if words.is_empty() => {}
+                Ok(words) => self.line(&words, &loc),
+                Err(e) => self.error(&loc, e.to_string()),
+            }
+        }
+    }
+
+    fn line(&mut self, args: &[String], loc: &Location) {
+        let kw = args[0].as_str();
+        match kw {
+            "global" => {
+                self.section = Section::Global;
+                if let Err(msg) = no_extra(args, 1, kw) {
+                    self.error(loc, msg);
+                }
+            }
+            "defaults" => self.start_defaults(args, loc),
+            "frontend" => self.start_proxy(Kind::Frontend, args, loc),
+            "backend" => self.start_proxy(Kind::Backend, args, loc),
+            "listen" => self.start_proxy(Kind::Listen, args, loc),
+            s if UNSUPPORTED_SECTIONS.contains(&s) => {
+                self.section = Section::Unsupported;
+                self.error(loc, format!("section '{s}' is not supported by shunt."));
+            }
+            _ => match self.section {
+                Section::None => self.error(loc, format!("unknown keyword '{kw}' out of section.")),
+                Section::Unsupported => {}
+                Section::Global => {
+                    let mut g = std::mem::take(&mut self.global);
+                    let res = self.global_line(&mut g, args, loc);
+                    self.global = g;
+                    if let Err(msg) = res {
+                        self.error(loc, msg);
+                    }
+                }
+                Section::Defaults(i) => {
+                    let res = proxy_line(&mut self.defaults[i], args, loc, &mut self.warnings);
+                    if let Err(msg) = res {
+                        self.error(loc, msg);
+                    }
+                }
+                Section::Proxy(i) => {
+                    let res = proxy_line(&mut self.proxies[i], args, loc, &mut self.warnings);
+                    if let Err(msg) = res {
+                        self.error(loc, msg);
+                    }
+                }
+            },
+        }
+    }
+
+    /// Finds the last defaults section named `name`.
+    fn named_defaults(&self, name: &str) -> Option<usize> {
+        self.defaults.iter().rposition(|d| d.name == name)
+    }
+
+    /// Parses `from NAME` at `args[at..]`; returns the template index (if any)
+    /// or the error message.
+    fn template_from(
+        &self,
+        kind: Kind,
+        name: &str,
+        args: &[String],
+        at: usize,
+    ) -> Result<Option<usize>, String> {
+        match args.get(at).map(String::as_str) {
+            None => Ok(self.current_defaults),
+            Some("from") => {
+                let Some(def) = args.get(at + 1) else {
+                    return Err("'from' expects a defaults section name.".to_string());
+                };
+                no_extra(args, at + 2, kind.section())?;
+                match self.named_defaults(def) {
+                    Some(i) => Ok(Some(i)),
+                    None => Err(format!(
+                        "defaults section '{def}' not found for {} '{name}'.",
+                        kind.type_str()
+                    )),
+                }
+            }
+            Some(_) => no_extra(args, at, kind.section()).map(|_| None),
+        }
+    }
+
+    fn start_defaults(&mut self, args: &[String], loc: &Location) {
+        // `defaults [NAME] [from OTHER]`
+        let (name, from_at) = match args.get(1).map(String::as_str) {
+            None | Some("from") => ("", 1),
+            Some(n) => (n, 2),
+        };
+        if let Some(c) = invalid_name_char(name) {
+            self.error(
+                loc,
+                format!("character '{c}' is not permitted in 'defaults' name '{name}'."),
+            );
+        }
+        let template = match args.get(from_at) {
+            // A defaults section without `from` starts from scratch.
+            None => None,
+            Some(_) => match self.template_from(Kind::Defaults, name, args, from_at) {
+                Ok(t) => t,
+                Err(msg) => {
+                    self.error(loc, msg);
+                    None
+                }
+            },
+        };
+        let mut draft = match template {
+            Some(i) => self.defaults[i].clone(),
+            None => ProxyDraft::fresh(Kind::Defaults, name, loc),
+        };
+        draft.name = name.to_string();
+        draft.loc = loc.clone();
+        self.defaults.push(draft);
+        let idx = self.defaults.len() - 1;
+        self.current_defaults = Some(idx);
+        self.section = Section::Defaults(idx);
+    }
+
+    fn start_proxy(&mut self, kind: Kind, args: &[String], loc: &Location) {
+        let sec = kind.section();
+        let Some(name) = args.get(1).cloned() else {
+            self.error(loc, format!("'{sec}' expects an <id> argument"));
+            self.section = Section::Unsupported;
+            return;
+        };
+        if let Some(c) = invalid_name_char(&name) {
+            self.error(
+                loc,
+                format!("character '{c}' is not permitted in '{sec}' name '{name}'."),
+            );
+        }
+        let template = match self.template_from(kind, &name, args, 2) {
+            Ok(t) => t,
+            Err(msg) => {
+                self.error(loc, msg);
+                self.current_defaults
+            }
+        };
+        if let Some(prev) = self
+            .proxies
+            .iter()
+            .find(|p| p.name == name && ((kind.fe() && p.kind.fe()) || (kind.be() && p.kind.be())))
+        {
+            self.errors.push(ConfigError::DuplicateProxy {
+                at: loc.clone(),
+                kind: kind.type_str(),
+                name: name.clone(),
+                prev_kind: prev.kind.type_str(),
+                prev: prev.loc.clone(),
+            });
+        }
+        let mut draft = match template {
+            Some(i) => self.defaults[i].clone(),
+            None => ProxyDraft::fresh(kind, &name, loc),
+        };
+        draft.kind = kind;
+        draft.name = name;
+        draft.loc = loc.clone();
+        self.proxies.push(draft);
+        self.section = Section::Proxy(self.proxies.len() - 1);
+    }
+
+    fn global_line(
+        &mut self,
+        g: &mut Global,
+        args: &[String],
+        loc: &Location,
+    ) -> Result<(), String> {
+        let kw = args[0].as_str();
+        let val = args.get(1).map(String::as_str);
+        let mut used = 2;
+        match kw {
+            "nbthread" => {
+                let n: usize = val
+                    .filter(|v| v.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| {
+                        format!(
+                            "'nbthread' passed a missing or unparsable integer value in '{}'",
+                            val.unwrap_or("")
+                        )
+                    })?;
+                g.nbthread = Some(bounded(n, 1, MAX_NBTHREAD, kw)?);
+            }
+            "maxconn" => g.maxconn = bounded(int_arg(val, kw)?, 1, MAX_MAXCONN, kw)?,
+            "maxpipes" => {
+                g.maxpipes = bounded(int_arg(val, kw)?, 0, MAX_MAXCONN, kw)?;
+                self.maxpipes_set = true;
+            }
+            "tune.runqueue-depth" => {
+                g.runqueue_depth = Some(bounded(int_arg(val, kw)?, 1, MAX_MAXCONN, kw)?);
+            }
+            "user" | "group" => {
+                let v = val.ok_or_else(|| format!("'{kw}' expects a {kw} name as argument."))?;
+                if kw == "user" {
+                    g.user = Some(v.to_string());
+                } else {
+                    g.group = Some(v.to_string());
+                }
+            }
+            "pidfile" => {
+                let v =
+                    val.ok_or_else(|| "'pidfile' expects a file name as an argument.".to_string())?;
+                g.pidfile = Some(v.into());
+            }
+            "hard-stop-after" => g.hard_stop_after = Some(time_arg(val, kw)?),
+            "forward-mode" => {
+                let v = val.ok_or_else(|| {
+                    "'forward-mode' expects 'auto', 'sockmap', 'splice' or 'copy'.".to_string()
+                })?;
+                g.forward_mode = v.parse().map_err(|e| format!("'forward-mode' : {e}"))?;
+            }
+            "tune.pipesize" => {
+                let v =
+                    val.ok_or_else(|| "'tune.pipesize' expects a size argument.".to_string())?;
+                let n =
+                    parse_size(v).map_err(|e| format!("{e} in argument to 'tune.pipesize'."))?;
+                if !(MIN_PIPESIZE..=MAX_PIPESIZE).contains(&n) {
+                    return Err(format!(
+                        "'tune.pipesize' value must be between {MIN_PIPESIZE} and {MAX_PIPESIZE} (was {n})"
+                    ));
+                }
+                // Bounded by MAX_PIPESIZE above, so it fits any usize >= 32 bits.
+                g.pipesize = Some(n as usize);
+            }
+            "tune.sched.low-latency" => {
+                g.sched_low_latency = match val {
+                    Some("on") => true,
+                    Some("off") => false,
+                    other => {
+                        return Err(format!(
+                            "'tune.sched.low-latency' expects either 'on' or 'off' but got '{}'.",
+                            other.unwrap_or("")
+                        ))
+                    }
+                };
+            }
+            "log" => {
+                if args.len() < 3 {
+                    return Err("log : expects <address> and <facility> as arguments".to_string());
+                }
+                g.logs.push(LogTarget {
+                    args: args[1..].to_vec(),
+                });
+                used = args.len();
+            }
+            "stats" => used = stats_line(g, args)?,
+            "daemon" => {
+                used = 1;
+                self.warnings.push(format!(
+                    "parsing [{loc}] : 'daemon' ignored: shunt always runs in the foreground."
+                ));
+            }
+            "nbproc" => {
+                return Err("nbproc is not supported any more since HAProxy 2.5. Threads will automatically be used on multi-processor machines if available.".to_string());
+            }
+            _ => {
+                let msg = format!("unknown keyword '{kw}' in 'global' section");
+                let hint = suggest(kw, GLOBAL_KEYWORDS.iter().chain(SECTIONS).copied());
+                return Err(with_hint(msg, hint));
+            }
+        }
+        no_extra(args, used, kw)
+    }
+}
+
+/// `stats socket|timeout|maxconn ...` in the global section; returns the words used.
+fn stats_line(g: &mut Global, args: &[String]) -> Result<usize, String> {
+    let sub = args.get(1).map(String::as_str).unwrap_or("");
+    let val = args.get(2).map(String::as_str);
+    match sub {
+        "timeout" => {
+            let v = val.ok_or_else(|| "'stats timeout' expects a time value.".to_string())?;
+            let t = parse_time(v).map_err(|e| format!("'stats timeout' : {e}"))?;
+            if t.is_zero() {
+                return Err("'stats timeout' expects a positive value".to_string());
+            }
+            g.stats_timeout = t;
+            Ok(3)
+        }
+        "maxconn" => {
+            let n: usize = int_arg(val, "stats maxconn")?;
+            if n == 0 {
+                return Err("'stats maxconn' expects a positive value".to_string());
+            }
+            g.stats_maxconn = bounded(n, 1, MAX_MAXCONN, "stats maxconn")?;
+            Ok(3)
+        }
+        "socket" => {
+            let Some(path) = val else {
+                return Err(
+                    "'stats socket' in global section expects a path to a UNIX socket".to_string(),
+                );
+            };
+            if path.contains('@') && !path.starts_with("unix@") {
+                return Err(format!(
+                    "'stats socket' : only UNIX sockets are supported by shunt (got '{path}')"
+                ));
+            }
+            let path = path.strip_prefix("unix@").unwrap_or(path);
+            let mut sock = StatsSocket {
+                path: path.into(),
+                mode: 0o600,
+                level: CliLevel::default(),
+                user: None,
+                group: None,
+            };
+            let mut i = 3;
+            while i < args.len() {
+                let kw = args[i].as_str();
+                let v = args.get(i + 1).map(String::as_str);
+                match kw {
+                    "mode" => {
+                        sock.mode = v
+                            .and_then(|m| u32::from_str_radix(m, 8).ok())
+                            .filter(|m| *m <= MAX_SOCKET_MODE)
+                            .ok_or_else(|| {
+                                format!(
+                                    "'stats socket' : 'mode' : missing or invalid mode '{}' (octal integer expected)",
+                                    v.unwrap_or("")
+                                )
+                            })?;
+                    }
+                    "level" => {
+                        sock.level = match v {
+                            Some("user") => CliLevel::User,
+                            Some("operator") => CliLevel::Operator,
+                            Some("admin") => CliLevel::Admin,
+                            other => {
+                                return Err(format!(
+                                    "'stats socket' : 'level' only supports 'user', 'operator', and 'admin' (got '{}')",
+                                    other.unwrap_or("")
+                                ))
+                            }
+                        };
+                    }
+                    "user" | "group" => {
+                        let name = v.ok_or_else(|| format!("'stats socket' : '{kw}' expects a name."))?;
+                        if kw == "user" {
+                            sock.user = Some(name.to_string());
+                        } else {
+                            sock.group = Some(name.to_string());
+                        }
+                    }
+                    other => {
+                        return Err(format!(
+                            "'stats socket' : unknown keyword '{other}'. Registered keywords : mode, level, user, group."
+                        ))
+                    }
+                }
+                i += 2;
+            }
+            g.stats_sockets.push(sock);
+            Ok(args.len())
+        }
+        other => Err(format!(
+            "'stats' only supports 'socket', 'maxconn' and 'timeout' (got '{other}')"
+        )),
+    }
+}
+
+/// Refuses `kw` in a section that lacks the capability it needs.
+fn check_caps(d: &ProxyDraft, kw: &str, caps: u8) -> Result<(), String> {
+    let ok = match d.kind {
+        Kind::Defaults => caps & DEF != 0,
+        Kind::Frontend => caps & FE != 0,
+        Kind::Backend => caps & BE != 0,
+        Kind::Listen => caps & (FE | BE) != 0,
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(match d.kind {
+        Kind::Defaults => format!("'{kw}' not allowed in 'defaults' section."),
+        Kind::Frontend => format!(
+            "'{kw}' not allowed because frontend '{}' has no backend capability.",
+            d.name
+        ),
+        Kind::Backend | Kind::Listen => format!(
+            "'{kw}' not allowed because backend '{}' has no frontend capability.",
+            d.name
+        ),
+    })
+}
+
+/// One line of a defaults/frontend/backend/listen section.
+fn proxy_line(
+    d: &mut ProxyDraft,
+    args: &[String],
+    loc: &Location,
+    warnings: &mut Vec<String>,
+) -> Result<(), String> {
+    let kw = args[0].as_str();
+    let Some(&(_, caps)) = PROXY_KEYWORDS.iter().find(|(k, _)| *k == kw) else {
+        if HTTP_ONLY_KEYWORDS.contains(&kw) {
+            return Err(format!("'{kw}' is not supported by shunt (TCP only)."));
+        }
+        if ACL_KEYWORDS.contains(&kw) {
+            return Err(format!(
+                "'{kw}' is not supported by shunt yet (ACLs come later)."
+            ));
+        }
+        let msg = format!("unknown keyword '{kw}' in '{}' section", d.kind.section());
+        let candidates = PROXY_KEYWORDS
+            .iter()
+            .map(|(k, _)| *k)
+            .chain(SECTIONS.iter().copied());
+        return Err(with_hint(msg, suggest(kw, candidates)));
+    };
+    check_caps(d, kw, caps)?;
+    let val = args.get(1).map(String::as_str);
+    match kw {
+        "mode" => {
+            match val {
+                Some("tcp") => {}
+                Some(m @ ("http" | "health" | "log")) => {
+                    return Err(format!("'mode {m}' is not supported by shunt (TCP only)."))
+                }
+                Some(m) => return Err(format!("unknown proxy mode '{m}'.")),
+                None => return Err("'mode' expects 'tcp' as argument.".to_string()),
+            }
+            no_extra(args, 2, kw)
+        }
+        "bind" => {
+            let Some(list) = val else {
+                return Err(
+                    "'bind' expects [addr1]:port1[-end1]{,[addr]:port[-end]}... as arguments."
+                        .to_string(),
+                );
+            };
+            if let Some(opt) = args.get(2) {
+                return Err(format!(
+                    "'bind {list}' in section '{}': unknown keyword '{opt}' (shunt supports no bind options yet).",
+                    d.kind.section()
+                ));
+            }
+            for one in list.split(',') {
+                let addrs = parse_addr(one, true).map_err(|e| format!("'bind' : {e}"))?;
+                d.binds.extend(addrs.into_iter().map(|a| (a, loc.clone())));
+            }
+            Ok(())
+        }
+        "default_backend" | "use_backend" => {
+            let name = val.ok_or_else(|| format!("'{kw}' expects a backend name."))?;
+            if let Some(cond @ ("if" | "unless")) = args.get(2).map(String::as_str) {
+                return Err(format!(
+                    "'{kw}' : conditions ('{cond}') are not supported by shunt yet (ACLs come later)."
+                ));
+            }
+            no_extra(args, 2, kw)?;
+            if kw == "default_backend" {
+                d.default_backend = Some((name.to_string(), loc.clone()));
+            } else {
+                d.use_backends.push((name.to_string(), loc.clone()));
+            }
+            Ok(())
+        }
+        "maxconn" => {
+            d.maxconn = bounded(int_arg(val, kw)?, 0, MAX_MAXCONN, kw)?;
+            no_extra(args, 2, kw)
+        }
+        "fullconn" => {
+            d.fullconn = bounded(int_arg(val, kw)?, 0, MAX_MAXCONN, kw)?;
+            no_extra(args, 2, kw)
+        }
+        "retries" => {
+            let n: u32 = int_arg(val, kw)?;
+            if n > MAX_RETRIES {
+                return Err(format!(
+                    "'retries' value must be between 0 and {MAX_RETRIES} (was {n})"
+                ));
+            }
+            d.retries = n;
+            no_extra(args, 2, kw)
+        }
+        "balance" => {
+            d.balance = match val {
+                Some("roundrobin") => Balance::RoundRobin,
+                Some("static-rr") => Balance::StaticRr,
+                Some("leastconn") => Balance::LeastConn,
+                Some("first") => Balance::First,
+                Some("source") => Balance::Source,
+                Some("random") => Balance::Random,
+                other => {
+                    return Err(format!(
+                        "'balance' only supports 'roundrobin', 'static-rr', 'leastconn', 'first', 'source' and 'random' (got '{}').",
+                        other.unwrap_or("")
+                    ))
+                }
+            };
+            no_extra(args, 2, kw)
+        }
+        "timeout" => timeout_line(d, args, loc, warnings),
+        "option" => option_line(d, &args[1..], false),
+        "no" => match val {
+            Some("option") => option_line(d, &args[2..], true),
+            Some("log") => {
+                d.log_global = false;
+                no_extra(args, 2, "no log")
+            }
+            _ => Err("'no' is only supported before 'option' and 'log'.".to_string()),
+        },
+        "log" => match val {
+            Some("global") => {
+                d.log_global = true;
+                no_extra(args, 2, "log global")
+            }
+            None => {
+                Err("log : expects <address> and <facility> or global as arguments".to_string())
+            }
+            Some(_) => Err(
+                "'log' : only 'log global' is supported in proxy sections by shunt.".to_string(),
+            ),
+        },
+        "server" => server_line(d, args, loc),
+        "default-server" => {
+            server_keywords(&args[1..], "default-server", &mut d.default_server, None)
+                .map_err(|e| format!("'default-server' : {e}"))
+        }
+        _ => unreachable_keyword(kw),
+    }
+}
+
+/// Every keyword of [`PROXY_KEYWORDS`] is matched in [`proxy_line`]; reaching
+/// this means the table and the match disagree.
+fn unreachable_keyword(kw: &str) -> Result<(), String> {
+    Err(format!("internal error: keyword '{kw}' has no handler"))
+}
+
+fn timeout_line(
+    d: &mut ProxyDraft,
+    args: &[String],
+    loc: &Location,
+    warnings: &mut Vec<String>,
+) -> Result<(), String> {
+    let sub = args.get(1).map(String::as_str).unwrap_or("");
+    let caps = match sub {
+        "client" | "client-fin" => FE,
+        "connect" | "server" | "server-fin" | "tunnel" | "queue" | "check" => BE,
+        "http-request" | "http-keep-alive" | "tarpit" => {
+            return Err(format!("'timeout {sub}' is not supported by shunt (TCP only)."))
+        }
+        _ => {
+            return Err(format!(
+                "'timeout' supports 'client', 'server', 'connect', 'check', 'queue', 'tunnel', 'client-fin' and 'server-fin' (got '{sub}')"
+            ))
+        }
+    };
+    let name = format!("timeout {sub}");
+    let v = args
+        .get(2)
+        .ok_or_else(|| format!("'{name}' expects an integer value (in milliseconds)"))?;
+    let t = parse_time(v).map_err(|e| format!("{e} in '{name}'"))?;
+    no_extra(args, 3, &name)?;
+    // Timeouts for the other side are harmless: HAProxy ignores them with a warning.
+    if let Err(msg) = check_caps(d, &name, caps | DEF) {
+        warnings.push(format!(
+            "parsing [{loc}] : {}",
+            msg.replacen("not allowed", "ignored", 1)
+        ));
+        return Ok(());
+    }
+    // 0 means "no timeout", as in HAProxy.
+    let t = (!t.is_zero()).then_some(t);
+    let to = &mut d.timeouts;
+    match sub {
+        "client" => to.client = t,
+        "client-fin" => to.client_fin = t,
+        "connect" => to.connect = t,
+        "server" => to.server = t,
+        "server-fin" => to.server_fin = t,
+        "tunnel" => to.tunnel = t,
+        "queue" => to.queue = t,
+        _ => to.check = t,
+    }
+    Ok(())
+}
+
+/// `option NAME` (`words[0]` is NAME); `negate` for `no option NAME`.
+fn option_line(d: &mut ProxyDraft, words: &[String], negate: bool) -> Result<(), String> {
+    let Some(name) = words.first().map(String::as_str) else {
+        return Err("'option' expects an option name.".to_string());
+    };
+    let full = format!("option {name}");
+    let on = !negate;
+    match name {
+        "redispatch" => {
+            check_caps(d, &full, DEF | BE)?;
+            d.redispatch = on;
+        }
+        "splice-auto" => d.splice.auto = on,
+        "splice-request" => d.splice.request = on,
+        "splice-response" => d.splice.response = on,
+        // Accepted for compatibility; logging is configured elsewhere.
+        "tcplog" | "dontlognull" => {}
+        n if n.starts_with("http") || n == "forwardfor" || n == "originalto" => {
+            return Err(format!("'{full}' is not supported by shunt (TCP only)."));
+        }
+        _ => return Err(format!("unknown option '{name}'.")),
+    }
+    no_extra(words, 1, &full)
+}
+
+fn server_line(d: &mut ProxyDraft, args: &[String], loc: &Location) -> Result<(), String> {
+    let (Some(name), Some(addr)) = (args.get(1), args.get(2)) else {
+        return Err("'server' expects <name> and <addr>[:<port>] as arguments.".to_string());
+    };
+    if let Some(c) = invalid_name_char(name) {
+        return Err(format!(
+            "character '{c}' is not permitted in server name '{name}'."
+        ));
+    }
+    if let Some(prev) = d.servers.iter().find(|s| s.name == *name) {
+        return Err(format!(
+            "{} '{}', another server named '{name}' was already defined at line {}, please use distinct names.",
+            d.kind.type_str(),
+            d.name,
+            prev.loc.line
+        ));
+    }
+    let who = format!("'server {}/{name}'", d.name);
+    let sockaddr = parse_addr(addr, false)
+        .map_err(|e| format!("{who} : {e}"))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("{who} : no address in '{addr}'"))?;
+    let mut opts = d.default_server.clone();
+    let mut id = None;
+    server_keywords(&args[3..], name, &mut opts, Some(&mut id))
+        .map_err(|e| format!("{who} : {e}"))?;
+    d.servers.push(ServerDraft {
+        name: name.clone(),
+        addr: sockaddr,
+        id,
+        opts,
+        loc: loc.clone(),
+    });
+    Ok(())
+}

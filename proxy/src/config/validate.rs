@@ -1,0 +1,200 @@
+//! Cross-checks and the final build: drafts in, immutable [`Config`] out.
+//!
+//! Owns every rule that needs more than one line to decide: backend names
+//! referenced by `default_backend`/`use_backend`, duplicate server ids, the
+//! same address bound by two frontends, frontends without `bind`, missing
+//! timeouts (a warning), ids, and `listen` expansion into a frontend plus a
+//! backend of the same name sharing one proxy id.
+//!
+//! Invariant: a `Config` is returned only when no error at all was found.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+
+use super::model::*;
+use super::parser::{Kind, Parser, ProxyDraft};
+use super::{ConfigError, Loaded};
+
+pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
+    let mut errors = p.errors;
+    let mut warnings = p.warnings;
+    let mut global = p.global;
+    if !p.maxpipes_set {
+        global.maxpipes = global.maxconn / 4;
+    }
+    let proxies = p.proxies;
+
+    // Backends first: frontends refer to them by index.
+    let mut backends = Vec::new();
+    let mut own_backend: Vec<Option<usize>> = vec![None; proxies.len()];
+    for (i, d) in proxies.iter().enumerate() {
+        if d.kind.be() {
+            own_backend[i] = Some(backends.len());
+            backends.push(make_backend(d, proxy_id(i), &mut errors));
+        }
+    }
+    let find = |name: &str| backends.iter().position(|b: &Backend| b.name == name);
+
+    let mut frontends = Vec::new();
+    let mut bound: HashMap<SocketAddr, (String, Location)> = HashMap::new();
+    for (i, d) in proxies.iter().enumerate() {
+        if !d.kind.fe() {
+            continue;
+        }
+        if d.binds.is_empty() {
+            errors.push(ConfigError::NoBind {
+                name: d.name.clone(),
+            });
+        }
+        let mut binds = Vec::with_capacity(d.binds.len());
+        for (addr, loc) in &d.binds {
+            if let Some((fe, prev)) = bound.get(addr) {
+                errors.push(ConfigError::Parse {
+                    at: loc.clone(),
+                    msg: format!(
+                        "'bind' : address {addr} is already bound by frontend '{fe}' at {prev}."
+                    ),
+                });
+                continue;
+            }
+            bound.insert(*addr, (d.name.clone(), loc.clone()));
+            binds.push(*addr);
+        }
+        let mut resolve = |rule: &'static str, target: &str| {
+            let idx = find(target);
+            if idx.is_none() {
+                errors.push(ConfigError::UnknownBackend {
+                    proxy: d.name.clone(),
+                    rule,
+                    target: target.to_string(),
+                });
+            }
+            idx
+        };
+        let default_backend = match &d.default_backend {
+            Some((name, _)) => resolve("default_backend", name),
+            // A listen section forwards to its own servers.
+            None if d.kind == Kind::Listen => own_backend[i],
+            None => None,
+        };
+        let use_backends = d
+            .use_backends
+            .iter()
+            .filter_map(|(name, _)| resolve("use_backend", name))
+            .collect();
+        frontends.push(Frontend {
+            name: d.name.clone(),
+            id: proxy_id(i),
+            binds,
+            default_backend,
+            use_backends,
+            maxconn: d.maxconn,
+            timeouts: d.timeouts,
+            splice: d.splice,
+            log_global: d.log_global,
+            line: d.loc.clone(),
+        });
+    }
+
+    for d in &proxies {
+        let t = &d.timeouts;
+        let missing = (d.kind.fe() && t.client.is_none())
+            || (d.kind.be() && (t.connect.is_none() || t.server.is_none()));
+        if missing {
+            warnings.push(missing_timeouts_warning(d));
+        }
+    }
+
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(Loaded {
+        config: Config {
+            global,
+            frontends,
+            backends,
+        },
+        warnings,
+    })
+}
+
+/// Proxy ids count frontends, backends and listens together from 1, in
+/// declaration order (a listen takes one id for both halves).
+fn proxy_id(index: usize) -> u32 {
+    u32::try_from(index + 1).unwrap_or(u32::MAX)
+}
+
+/// HAProxy 2.6's warning text, as one string.
+fn missing_timeouts_warning(d: &ProxyDraft) -> String {
+    format!(
+        "config : missing timeouts for {} '{}'.\n   | While not properly invalid, you will certainly encounter various problems\n   | with such a configuration. To fix this, please ensure that all following\n   | timeouts are set to a non-zero value: 'client', 'connect', 'server'.",
+        d.kind.type_str(),
+        d.name
+    )
+}
+
+fn make_backend(d: &ProxyDraft, id: u32, errors: &mut Vec<ConfigError>) -> Backend {
+    // Explicit ids first, then the smallest free id for the others.
+    let mut used: HashMap<u32, &Location> = HashMap::new();
+    let mut names: HashMap<u32, &str> = HashMap::new();
+    for s in &d.servers {
+        let Some(sid) = s.id else { continue };
+        if let Some(prev) = used.get(&sid) {
+            errors.push(ConfigError::Parse {
+                at: s.loc.clone(),
+                msg: format!(
+                    "'server {}/{}' : 'id' : custom id {sid} already used at {prev} ('server {}').",
+                    d.name,
+                    s.name,
+                    names.get(&sid).copied().unwrap_or("")
+                ),
+            });
+            continue;
+        }
+        used.insert(sid, &s.loc);
+        names.insert(sid, &s.name);
+    }
+    let mut taken: HashSet<u32> = used.keys().copied().collect();
+    let mut next = 1u32;
+    let servers = d
+        .servers
+        .iter()
+        .map(|s| {
+            let sid = match s.id {
+                Some(sid) => sid,
+                None => {
+                    while taken.contains(&next) {
+                        next += 1;
+                    }
+                    taken.insert(next);
+                    next
+                }
+            };
+            Server {
+                name: s.name.clone(),
+                id: sid,
+                addr: s.addr,
+                weight: s.opts.weight,
+                maxconn: s.opts.maxconn,
+                maxqueue: s.opts.maxqueue,
+                backup: s.opts.backup,
+                disabled: s.opts.disabled,
+                check: s.opts.check.clone(),
+                line: s.loc.clone(),
+            }
+        })
+        .collect();
+    Backend {
+        name: d.name.clone(),
+        id,
+        balance: d.balance,
+        servers,
+        timeouts: d.timeouts,
+        retries: d.retries,
+        redispatch: d.redispatch,
+        splice: d.splice,
+        maxconn: d.fullconn,
+        log_global: d.log_global,
+        line: d.loc.clone(),
+    }
+}
