@@ -1,49 +1,255 @@
-//! TEMPORARY stub with the contract's signatures (replaced by the real scheduler).
+//! Per-thread executor with HAProxy's task classes, on a current_thread tokio runtime.
+//!
+//! Owns: the public scheduler API used by the rest of the daemon. Tokio provides
+//! only the reactor and timers of each worker thread; every proxy task is a task
+//! of this scheduler (nothing proxy-related uses `tokio::spawn`).
+//!
+//! - [`run_worker`] builds a current_thread runtime (`enable_all`) on the calling
+//!   OS thread, drives the scheduler loop in it under
+//!   `tokio::task::coop::unconstrained` (so tokio's 128-poll budget never makes an
+//!   inner socket return `Pending`), spawns `main` as a Normal task named "main",
+//!   and returns when `main` completes; the other tasks are then dropped.
+//! - [`spawn`] queues a task in the given class on the current worker.
+//! - Wakes are classified HAProxy's way: from the reactor/timers (no task running)
+//!   → Urgent; from another task → Normal; a task waking itself → Bulk; a task
+//!   spawned Heavy always → Heavy; from another OS thread → Urgent, through the
+//!   worker's inbox. A task woken many times before it runs is queued once.
+//! - Per loop: budgets from `tune.runqueue-depth` and the class weights
+//!   (see [`budgets`]), at most one Heavy task, then one non-blocking reactor turn;
+//!   with nothing queued the worker parks in the reactor (no busy loop).
+//!
+//! Must not: be entered from async code of another executor; a task must not
+//! block the thread. Use [`yield_now`] (not `tokio::task::yield_now`, whose wake
+//! is deferred past the reactor turn and therefore lands in Urgent) for a task
+//! that wants to let others run (Bulk). A panicking task unwinds out of
+//! `run_worker` (as a crash would in HAProxy); its sibling tasks are dropped.
+
+mod budget;
+mod remote;
+mod stats;
+mod task;
+mod worker;
+
+#[cfg(test)]
+mod tests;
+
 use std::future::Future;
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+use std::rc::Rc;
+use std::task::Poll;
+
+pub use budget::{
+    budgets, clamp_runqueue_depth, default_runqueue_depth, CLASS_WEIGHTS, HEAVY_PER_LOOP,
+    RUNQUEUE_DEPTH_MAX, RUNQUEUE_DEPTH_MIN, RUNQUEUE_DEPTH_ONE_THREAD,
+};
+pub use remote::Remote;
+pub use stats::{profiling, set_profiling, TaskProfile, ThreadStats};
+pub use task::TaskHandle;
+
+use worker::{with_current, Installed, Worker};
+
+/// Task class (HAProxy TL_URGENT, TL_NORMAL, TL_BULK, TL_HEAVY).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Class {
+    /// I/O and timer callbacks, cross-thread messages.
     Urgent,
+    /// Tasks woken by other tasks.
     Normal,
+    /// Tasks that woke themselves (streaming, long dumps).
     Bulk,
+    /// Expensive tasks: at most one per loop.
     Heavy,
 }
+
+impl Class {
+    /// All classes in run order; `ALL[c.index()] == c`.
+    pub const ALL: [Class; 4] = [Class::Urgent, Class::Normal, Class::Bulk, Class::Heavy];
+
+    /// Index into per-class arrays (`ThreadStats::run`, `budgets`, ...).
+    pub const fn index(self) -> usize {
+        match self {
+            Class::Urgent => 0,
+            Class::Normal => 1,
+            Class::Bulk => 2,
+            Class::Heavy => 3,
+        }
+    }
+
+    /// Lower-case name for CLI output.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Class::Urgent => "urgent",
+            Class::Normal => "normal",
+            Class::Bulk => "bulk",
+            Class::Heavy => "heavy",
+        }
+    }
+}
+
+/// Scheduler settings of one worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SchedConfig {
+    /// Number of worker threads (used for the default run-queue depth).
     pub nbthread: usize,
+    /// `tune.runqueue-depth`; `None` = [`default_runqueue_depth`]`(nbthread)`
+    /// (280 for 1 thread, 186 for 2, 140 for 3, ...; floor 40).
     pub runqueue_depth: Option<usize>,
+    /// `tune.sched.low-latency`.
     pub low_latency: bool,
 }
-thread_local!(static ID: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) });
-pub fn run_worker<F: Future<Output = ()> + 'static>(thread_id: usize, _cfg: SchedConfig, main: F) {
-    ID.with(|c| c.set(thread_id));
+
+impl SchedConfig {
+    /// The effective per-loop depth (configured values clamped to
+    /// `1..=RUNQUEUE_DEPTH_MAX`).
+    pub fn depth(&self) -> usize {
+        match self.runqueue_depth {
+            Some(d) => clamp_runqueue_depth(d),
+            None => default_runqueue_depth(self.nbthread),
+        }
+    }
+}
+
+impl Default for SchedConfig {
+    fn default() -> Self {
+        Self {
+            nbthread: 1,
+            runqueue_depth: None,
+            low_latency: false,
+        }
+    }
+}
+
+/// Errors of the scheduler room.
+#[derive(Debug, thiserror::Error)]
+pub enum SchedError {
+    #[error("worker {thread_id}: cannot build the tokio runtime: {source}")]
+    Runtime {
+        thread_id: usize,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "worker {thread_id}: run_worker called on a thread that already runs worker {running}"
+    )]
+    Nested { thread_id: usize, running: usize },
+}
+
+/// Like [`run_worker`], but returns start-up errors instead of panicking.
+pub fn try_run_worker<F>(thread_id: usize, cfg: SchedConfig, main: F) -> Result<(), SchedError>
+where
+    F: Future<Output = ()> + 'static,
+{
+    if let Some(running) = with_current(|w| w.thread_id) {
+        return Err(SchedError::Nested { thread_id, running });
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap();
-    let ls = tokio::task::LocalSet::new();
-    ls.block_on(&rt, main);
+        .map_err(|source| SchedError::Runtime { thread_id, source })?;
+    let worker = Worker::new(thread_id, &cfg);
+    let _installed = Installed::new(Rc::clone(&worker), &rt);
+    worker.spawn_main(main);
+    rt.block_on(tokio::task::coop::unconstrained(worker::sched_main(worker)));
+    Ok(())
 }
-pub struct TaskHandle(tokio::task::JoinHandle<()>);
-impl TaskHandle {
-    pub fn abort(&self) {
-        self.0.abort()
+
+/// Build a current_thread tokio runtime (enable_all) on this OS thread, run the
+/// scheduler loop in it (under `tokio::task::coop::unconstrained`), spawn `main`
+/// as a Normal task named "main", and return when `main` has completed (other
+/// tasks are then dropped).
+///
+/// # Panics
+/// If the runtime cannot be built, or this thread already runs a worker.
+pub fn run_worker<F: Future<Output = ()> + 'static>(thread_id: usize, cfg: SchedConfig, main: F) {
+    if let Err(e) = try_run_worker(thread_id, cfg, main) {
+        panic!("scheduler: {e}");
     }
 }
+
+/// Spawn on the current thread's scheduler, queued in `class`; `name` is the
+/// profiling key.
+///
+/// # Panics
+/// Off a worker thread.
 pub fn spawn<F: Future<Output = ()> + 'static>(
-    _class: Class,
-    _name: &'static str,
+    class: Class,
+    name: &'static str,
     fut: F,
 ) -> TaskHandle {
-    TaskHandle(tokio::task::spawn_local(fut))
-}
-pub fn thread_id() -> usize {
-    ID.with(|c| c.get())
-}
-pub fn try_thread_id() -> Option<usize> {
-    let i = ID.with(|c| c.get());
-    (i != usize::MAX).then_some(i)
-}
-impl TaskHandle {
-    pub fn is_finished(&self) -> bool {
-        self.0.is_finished()
+    match with_current(move |w| w.spawn_local(class, name, fut)) {
+        Some(h) => h,
+        None => {
+            panic!("scheduler::spawn({name:?}) called off a worker thread (only inside run_worker)")
+        }
     }
+}
+
+/// The current worker's index.
+///
+/// # Panics
+/// Off a worker thread.
+pub fn thread_id() -> usize {
+    match try_thread_id() {
+        Some(id) => id,
+        None => panic!("scheduler::thread_id() called off a worker thread"),
+    }
+}
+
+/// The current worker's index, or `None` off a worker thread.
+pub fn try_thread_id() -> Option<usize> {
+    with_current(|w| w.thread_id)
+}
+
+/// The current worker's [`Remote`] (hand it to other threads).
+///
+/// # Panics
+/// Off a worker thread.
+pub fn remote() -> Remote {
+    match with_current(|w| Remote {
+        shared: std::sync::Arc::clone(&w.shared),
+    }) {
+        Some(r) => r,
+        None => panic!("scheduler::remote() called off a worker thread"),
+    }
+}
+
+/// Snapshot of the current worker's counters and profiling.
+///
+/// # Panics
+/// Off a worker thread.
+pub fn stats() -> ThreadStats {
+    match with_current(Worker::snapshot) {
+        Some(s) => s,
+        None => panic!("scheduler::stats() called off a worker thread"),
+    }
+}
+
+/// Class the running task was queued in (`Urgent` inside a remote job); `None`
+/// outside a task or off a worker thread.
+pub fn current_class() -> Option<Class> {
+    with_current(Worker::current_class).flatten()
+}
+
+/// Let the other queued tasks run: wakes the calling task (a self-wake, so it is
+/// requeued in Bulk) and returns `Pending` once.
+pub async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(move |cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await;
+}
+
+#[cfg(test)]
+pub(crate) fn set_loop_trace(on: bool) {
+    with_current(|w| w.set_trace(on));
+}
+
+#[cfg(test)]
+pub(crate) fn take_loop_trace() -> Vec<[u32; 4]> {
+    with_current(Worker::take_trace).unwrap_or_default()
 }

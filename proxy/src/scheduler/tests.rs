@@ -1,0 +1,698 @@
+//! Unit tests of the scheduler: budget arithmetic, per-loop amounts, heavy cap,
+//! wake classification (real sockets, timers, tasks, other threads), remote jobs,
+//! idling without spinning, real async I/O, teardown.
+//!
+//! Every wait is bounded (timeouts / deadlines); sockets are on 127.0.0.1 port 0.
+
+use std::cell::{Cell, RefCell};
+use std::future::{pending, poll_fn};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+use tokio::time::{sleep, timeout};
+
+use super::*;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+fn cfg() -> SchedConfig {
+    SchedConfig::default()
+}
+
+fn run<F: std::future::Future<Output = ()> + 'static>(main: F) {
+    run_worker(0, cfg(), main);
+}
+
+async fn wait_finished(h: &TaskHandle) {
+    let deadline = Instant::now() + WAIT;
+    while !h.is_finished() {
+        assert!(Instant::now() < deadline, "task did not finish: {h:?}");
+        sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// utime + stime of the calling thread, in clock ticks (1/100 s).
+fn thread_cpu_ticks() -> u64 {
+    let s = std::fs::read_to_string("/proc/thread-self/stat").expect("read stat");
+    let rest = &s[s.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After "pid (comm) ", field 3 (state) is f[0]; utime = field 14, stime = 15.
+    f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
+}
+
+struct SetOnDrop(Arc<AtomicBool>);
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+// ---------------------------------------------------------------- arithmetic
+
+#[test]
+fn budgets_follow_weights() {
+    assert_eq!(budgets(280, [1000, 1000, 1000, 0]), [140, 105, 35, 0]);
+    // All four: 64+48+16+1 = 129; heavy capped to one.
+    assert_eq!(budgets(280, [1000; 4]), [139, 105, 35, 1]);
+    // A single class gets the whole depth.
+    assert_eq!(budgets(280, [0, 0, 5000, 0]), [0, 0, 280, 0]);
+    assert_eq!(budgets(186, [0, 1, 0, 0]), [0, 186, 0, 0]);
+    assert_eq!(budgets(280, [0; 4]), [0; 4]);
+}
+
+#[test]
+fn budgets_halve_between_depth_and_twice_depth() {
+    assert_eq!(budgets(280, [280, 0, 0, 0]), [280, 0, 0, 0]); // == depth: untouched
+    assert_eq!(budgets(280, [281, 0, 0, 0]), [140, 0, 0, 0]); // just above: halves
+    assert_eq!(budgets(280, [400, 0, 0, 0]), [200, 0, 0, 0]);
+    assert_eq!(budgets(280, [560, 0, 0, 0]), [280, 0, 0, 0]); // == 2*depth: 560/2
+    assert_eq!(budgets(280, [561, 0, 0, 0]), [280, 0, 0, 0]); // above: depth
+    assert_eq!(budgets(280, [200, 200, 0, 0]), [115, 86, 0, 0]); // 200 * 64/112, 200 * 48/112
+}
+
+#[test]
+fn budgets_cap_heavy_at_one() {
+    assert_eq!(budgets(280, [0, 0, 0, 50]), [0, 0, 0, 1]);
+    assert_eq!(budgets(280, [10, 0, 0, 10]), [276, 0, 0, 1]);
+    assert_eq!(budgets(1, [0, 0, 0, 3]), [0, 0, 0, 1]);
+}
+
+#[test]
+fn default_depth_formula() {
+    assert_eq!(default_runqueue_depth(1), 280);
+    assert_eq!(default_runqueue_depth(2), 186);
+    assert_eq!(default_runqueue_depth(3), 140);
+    assert_eq!(default_runqueue_depth(4), 112);
+    assert_eq!(default_runqueue_depth(0), 280);
+    assert_eq!(default_runqueue_depth(64), RUNQUEUE_DEPTH_MIN);
+    let c = |d| SchedConfig {
+        runqueue_depth: Some(d),
+        ..cfg()
+    };
+    assert_eq!(c(0).depth(), 1);
+    assert_eq!(c(77).depth(), 77);
+    assert_eq!(c(usize::MAX).depth(), RUNQUEUE_DEPTH_MAX);
+    assert_eq!(Class::ALL.map(Class::index), [0, 1, 2, 3]);
+}
+
+// ---------------------------------------------------------------- loop amounts
+
+#[test]
+fn first_loops_run_the_weighted_amounts() {
+    run(async {
+        set_loop_trace(true);
+        for _ in 0..1000 {
+            spawn(Class::Urgent, "u", async {});
+            spawn(Class::Normal, "n", async {});
+            spawn(Class::Bulk, "b", async {});
+        }
+        sleep(Duration::from_millis(50)).await;
+        let trace = take_loop_trace();
+        // Loop 1: only `main` was queued (Normal, budget 280): main plus the
+        // first 279 Normal tasks it spawned, which landed in a class with budget.
+        assert_eq!(trace[0], [0, 280, 0, 0]);
+        // Loop 2 is the first with three non-empty classes.
+        assert_eq!(trace[1], [140, 105, 35, 0]);
+        // Every later loop matches the pure function applied to what was left.
+        let mut q = [1000usize, 721, 1000, 0];
+        let mut i = 1;
+        while q.iter().sum::<usize>() > 0 {
+            let b = budgets(280, q);
+            let expect: [u32; 4] = std::array::from_fn(|c| b[c].min(q[c]) as u32);
+            assert_eq!(trace[i], expect, "loop {} (queued {q:?})", i + 1);
+            for c in 0..4 {
+                q[c] -= expect[c] as usize;
+            }
+            i += 1;
+        }
+        let st = stats();
+        assert_eq!(st.run[0], 1000);
+        assert_eq!(st.run[2], 1000);
+        assert!(st.run[1] >= 1001, "{:?}", st.run);
+        assert_eq!(st.tasks, 1, "only main is left");
+    });
+}
+
+#[test]
+fn heavy_runs_at_most_one_per_loop() {
+    run(async {
+        set_loop_trace(true);
+        let loops0 = stats().loops;
+        let done = Rc::new(Cell::new(0usize));
+        let all = Rc::new(Notify::new());
+        for _ in 0..50 {
+            let (done, all) = (done.clone(), all.clone());
+            spawn(Class::Heavy, "heavy", async move {
+                assert_eq!(current_class(), Some(Class::Heavy));
+                done.set(done.get() + 1);
+                if done.get() == 50 {
+                    all.notify_one();
+                }
+            });
+        }
+        for _ in 0..500 {
+            spawn(Class::Normal, "n", async {});
+            spawn(Class::Bulk, "b", async {});
+        }
+        timeout(WAIT, all.notified())
+            .await
+            .expect("heavy tasks ran");
+        let trace = take_loop_trace();
+        assert!(trace.iter().all(|l| l[3] <= 1), "{trace:?}");
+        assert_eq!(trace.iter().map(|l| l[3]).sum::<u32>(), 50);
+        assert!(stats().loops - loops0 >= 50);
+    });
+}
+
+#[test]
+fn low_latency_jumps_back_to_a_higher_class() {
+    fn order(low_latency: bool) -> Vec<&'static str> {
+        let order = Rc::new(RefCell::new(Vec::new()));
+        let o = order.clone();
+        let cfg = SchedConfig {
+            low_latency,
+            ..cfg()
+        };
+        run_worker(0, cfg, async move {
+            // Spawned from a Bulk task so that u0, n1, n2 are all queued at the
+            // start of the same loop (classes empty at loop start get no budget).
+            spawn(Class::Bulk, "setup", async move {
+                let push = |o: &Rc<RefCell<Vec<_>>>, s| o.borrow_mut().push(s);
+                let o1 = o.clone();
+                spawn(Class::Urgent, "u0", async move { push(&o1, "u0") });
+                let o2 = o.clone();
+                spawn(Class::Normal, "n1", async move {
+                    push(&o2, "n1");
+                    let o3 = o2.clone();
+                    spawn(Class::Urgent, "u1", async move { push(&o3, "u1") });
+                });
+                let o4 = o.clone();
+                spawn(Class::Normal, "n2", async move { push(&o4, "n2") });
+            });
+            sleep(Duration::from_millis(20)).await;
+        });
+        let v = order.borrow().clone();
+        v
+    }
+    assert_eq!(order(false), ["u0", "n1", "n2", "u1"]);
+    assert_eq!(order(true), ["u0", "n1", "u1", "n2"]);
+}
+
+// ---------------------------------------------------------------- wake classes
+
+#[test]
+fn io_and_timer_wakes_are_urgent() {
+    run(async {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let mut client = TcpStream::connect(l.local_addr().expect("addr"))
+            .await
+            .expect("connect");
+        let (server, _) = l.accept().await.expect("accept");
+        let seen = Rc::new(Cell::new(None));
+        let s2 = seen.clone();
+        let reader = spawn(Class::Bulk, "reader", async move {
+            assert_eq!(current_class(), Some(Class::Bulk)); // spawned class
+                                                            // `readable()` may report a false positive: only a byte counts.
+            let mut b = [0u8; 8];
+            loop {
+                server.readable().await.expect("readable");
+                match server.try_read(&mut b) {
+                    Ok(n) => {
+                        assert_eq!(n, 1);
+                        break;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("read: {e}"),
+                }
+            }
+            s2.set(current_class());
+        });
+        sleep(Duration::from_millis(20)).await;
+        assert_eq!(seen.get(), None, "reader must still wait");
+        client.write_all(b"x").await.expect("write");
+        wait_finished(&reader).await;
+        assert_eq!(seen.get(), Some(Class::Urgent));
+
+        let t = Rc::new(Cell::new(None));
+        let t2 = t.clone();
+        let sleeper = spawn(Class::Normal, "sleeper", async move {
+            sleep(Duration::from_millis(5)).await;
+            t2.set(current_class());
+        });
+        wait_finished(&sleeper).await;
+        assert_eq!(t.get(), Some(Class::Urgent));
+    });
+}
+
+#[test]
+fn task_to_task_wake_is_normal_and_heavy_stays_heavy() {
+    run(async {
+        let n = Rc::new(Notify::new());
+        let seen = Rc::new(Cell::new(None));
+        let (n2, s2) = (n.clone(), seen.clone());
+        let waiter = spawn(Class::Urgent, "waiter", async move {
+            n2.notified().await;
+            s2.set(current_class());
+        });
+        let h = Rc::new(Notify::new());
+        let heavy_seen = Rc::new(Cell::new(None));
+        let (h2, hs2) = (h.clone(), heavy_seen.clone());
+        let heavy = spawn(Class::Heavy, "heavy-waiter", async move {
+            h2.notified().await;
+            hs2.set(current_class());
+        });
+        sleep(Duration::from_millis(10)).await;
+        // `main` is running: these wakes come from a task.
+        n.notify_one();
+        h.notify_one();
+        wait_finished(&waiter).await;
+        wait_finished(&heavy).await;
+        assert_eq!(seen.get(), Some(Class::Normal));
+        assert_eq!(heavy_seen.get(), Some(Class::Heavy));
+    });
+}
+
+#[test]
+fn self_wake_is_bulk() {
+    run(async {
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let s2 = seen.clone();
+        let t = spawn(Class::Urgent, "yielder", async move {
+            s2.borrow_mut().push(current_class());
+            yield_now().await;
+            s2.borrow_mut().push(current_class());
+            let mut once = false;
+            poll_fn(|cx| {
+                if once {
+                    return Poll::Ready(());
+                }
+                once = true;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            })
+            .await;
+            s2.borrow_mut().push(current_class());
+            // tokio's own yield_now defers its wake past the reactor turn: it
+            // arrives from outside any task, hence Urgent (documented in mod.rs).
+            tokio::task::yield_now().await;
+            s2.borrow_mut().push(current_class());
+        });
+        wait_finished(&t).await;
+        let c = |c| Some(c);
+        assert_eq!(
+            *seen.borrow(),
+            [
+                c(Class::Urgent),
+                c(Class::Bulk),
+                c(Class::Bulk),
+                c(Class::Urgent)
+            ]
+        );
+    });
+}
+
+#[test]
+fn cross_thread_waker_wake_is_urgent() {
+    run(async {
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let seen = Rc::new(Cell::new(None));
+        let s2 = seen.clone();
+        let t = spawn(Class::Normal, "oneshot-waiter", async move {
+            let v = rx.await.expect("value");
+            assert_eq!(v, 7);
+            s2.set(current_class());
+        });
+        let other = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            tx.send(7).expect("send");
+        });
+        wait_finished(&t).await;
+        other.join().expect("join");
+        assert_eq!(seen.get(), Some(Class::Urgent));
+        assert!(stats().remote_wakes >= 1);
+    });
+}
+
+#[test]
+fn multiple_wakes_queue_once() {
+    run(async {
+        let polls = Rc::new(Cell::new(0u32));
+        let slot: Rc<RefCell<Option<Waker>>> = Rc::new(RefCell::new(None));
+        let (p2, w2) = (polls.clone(), slot.clone());
+        let t = spawn(
+            Class::Normal,
+            "counted",
+            poll_fn(move |cx| {
+                p2.set(p2.get() + 1);
+                *w2.borrow_mut() = Some(cx.waker().clone());
+                if p2.get() >= 3 {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            }),
+        );
+        sleep(Duration::from_millis(10)).await;
+        assert_eq!(polls.get(), 1);
+        let w = slot.borrow().clone().expect("waker");
+        for _ in 0..5 {
+            w.wake_by_ref();
+        }
+        sleep(Duration::from_millis(10)).await;
+        assert_eq!(polls.get(), 2, "five local wakes, one run");
+        let w = slot.borrow().clone().expect("waker");
+        std::thread::spawn(move || {
+            for _ in 0..5 {
+                w.wake_by_ref();
+            }
+        })
+        .join()
+        .expect("join");
+        sleep(Duration::from_millis(10)).await;
+        assert_eq!(polls.get(), 3, "five remote wakes, one run");
+        assert!(t.is_finished());
+        assert_eq!(stats().remote_wakes, 1, "one inbox message for five wakes");
+    });
+}
+
+#[test]
+fn inner_polls_are_not_throttled_by_tokio_coop() {
+    // tokio's budget is 128 resource polls per `block_on` poll; without
+    // `unconstrained` the later receivers would return Pending, be woken after
+    // the reactor turn (Urgent) and run twice.
+    const N: usize = 300;
+    run(async {
+        let classes = Rc::new(RefCell::new(Vec::new()));
+        for i in 0..N {
+            let (tx, rx) = tokio::sync::oneshot::channel::<usize>();
+            tx.send(i).expect("fill");
+            let c = classes.clone();
+            spawn(Class::Normal, "coop-rx", async move {
+                assert_eq!(rx.await.expect("value"), i);
+                c.borrow_mut().push(current_class());
+            });
+        }
+        sleep(Duration::from_millis(20)).await;
+        assert_eq!(classes.borrow().len(), N);
+        assert!(classes.borrow().iter().all(|c| *c == Some(Class::Normal)));
+        let calls = stats()
+            .profiling
+            .iter()
+            .find(|p| p.name == "coop-rx")
+            .map(|p| p.calls);
+        assert_eq!(calls, Some(N as u64), "each receiver polled once");
+    });
+}
+
+// ---------------------------------------------------------------- remote
+
+#[test]
+fn remote_run_between_two_workers() {
+    let (rtx, rrx) = std::sync::mpsc::channel::<Remote>();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let w1 = std::thread::spawn(move || {
+        run_worker(1, cfg(), async move {
+            rtx.send(remote()).expect("hand out remote");
+            timeout(WAIT, stop_rx).await.expect("stop").expect("stop");
+            assert_eq!(stats().remote_jobs, 1);
+        });
+    });
+    let r1 = rrx.recv_timeout(WAIT).expect("remote of worker 1");
+    assert_eq!(r1.thread_id(), 1);
+    assert!(r1.is_alive());
+    let r1b = r1.clone();
+    run(async move {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let caller = std::thread::current().id();
+        r1.run(Box::new(move || {
+            let in_job = (
+                thread_id(),
+                current_class(),
+                std::thread::current().id() != caller,
+            );
+            spawn(Class::Normal, "from-remote", async move {
+                let _ = tx.send((in_job, current_class(), thread_id()));
+            });
+        }));
+        let (in_job, cls, tid) = timeout(WAIT, rx).await.expect("answer").expect("answer");
+        assert_eq!(in_job, (1, Some(Class::Urgent), true));
+        assert_eq!(cls, Some(Class::Normal));
+        assert_eq!(tid, 1);
+        assert_eq!(thread_id(), 0);
+        assert!(
+            stats().remote_wakes >= 1,
+            "the oneshot woke us from worker 1"
+        );
+        stop_tx.send(()).expect("stop worker 1");
+    });
+    w1.join().expect("worker 1");
+    // A Remote of a finished worker drops the job without running it.
+    assert!(!r1b.is_alive());
+    let ran = Arc::new(AtomicBool::new(false));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let (ran2, guard) = (ran.clone(), SetOnDrop(dropped.clone()));
+    r1b.run(Box::new(move || {
+        let _g = guard;
+        ran2.store(true, Ordering::SeqCst);
+    }));
+    assert!(!ran.load(Ordering::SeqCst));
+    assert!(dropped.load(Ordering::SeqCst));
+}
+
+// ---------------------------------------------------------------- idle, I/O, lifecycle
+
+#[test]
+fn idle_worker_does_not_spin() {
+    run(async {
+        spawn(Class::Normal, "pending", pending::<()>());
+        let n = Rc::new(Notify::new());
+        let n2 = n.clone();
+        spawn(Class::Normal, "waiter", async move { n2.notified().await });
+        sleep(Duration::from_millis(5)).await;
+        let (l0, c0) = (stats().loops, thread_cpu_ticks());
+        sleep(Duration::from_millis(200)).await;
+        let (l1, c1) = (stats().loops, thread_cpu_ticks());
+        assert!(l1 - l0 <= 3, "{} loops in 200 ms idle", l1 - l0);
+        assert!(c1 - c0 <= 5, "{} cpu ticks in 200 ms idle", c1 - c0);
+    });
+}
+
+#[test]
+fn real_async_io_echo() {
+    const LEN: usize = 256 * 1024;
+    run(async {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("addr");
+        spawn(Class::Normal, "accept", async move {
+            let (mut s, _) = l.accept().await.expect("accept");
+            spawn(Class::Normal, "echo", async move {
+                let mut buf = vec![0u8; 16 * 1024];
+                loop {
+                    let n = s.read(&mut buf).await.expect("read");
+                    if n == 0 {
+                        break;
+                    }
+                    s.write_all(&buf[..n]).await.expect("write");
+                }
+                s.shutdown().await.expect("shutdown");
+            });
+        });
+        let c = TcpStream::connect(addr).await.expect("connect");
+        let (mut rd, mut wr) = c.into_split();
+        let data: Vec<u8> = (0..LEN).map(|i| (i * 7 % 251) as u8).collect();
+        let sent = data.clone();
+        spawn(Class::Normal, "writer", async move {
+            for chunk in sent.chunks(LEN / 4) {
+                wr.write_all(chunk).await.expect("write");
+                sleep(Duration::from_millis(2)).await;
+            }
+            wr.shutdown().await.expect("shutdown");
+        });
+        let mut got = Vec::with_capacity(LEN);
+        timeout(WAIT, rd.read_to_end(&mut got))
+            .await
+            .expect("echo in time")
+            .expect("read");
+        assert_eq!(got.len(), LEN);
+        assert!(got == data, "echoed bytes differ");
+    });
+}
+
+#[test]
+fn main_completion_returns_and_drops_the_rest() {
+    let dropped = Arc::new(AtomicBool::new(false));
+    let guard = SetOnDrop(dropped.clone());
+    let t0 = Instant::now();
+    run(async move {
+        spawn(Class::Normal, "forever", async move {
+            let _g = guard;
+            pending::<()>().await
+        });
+        spawn(Class::Bulk, "long-sleeper", async {
+            sleep(Duration::from_secs(10)).await
+        });
+        // A task that never stops yielding must not starve main's timer.
+        spawn(Class::Urgent, "spinner", async {
+            loop {
+                yield_now().await
+            }
+        });
+        sleep(Duration::from_millis(20)).await;
+    });
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "remaining tasks are dropped"
+    );
+    assert_eq!(try_thread_id(), None);
+    // The thread can host a worker again.
+    let ran = Rc::new(Cell::new(false));
+    let r2 = ran.clone();
+    run_worker(3, cfg(), async move {
+        assert_eq!(thread_id(), 3);
+        r2.set(true)
+    });
+    assert!(ran.get());
+}
+
+#[test]
+fn abort_drops_the_future_from_any_thread() {
+    run(async {
+        let d1 = Arc::new(AtomicBool::new(false));
+        let g1 = SetOnDrop(d1.clone());
+        let h = spawn(Class::Normal, "victim", async move {
+            let _g = g1;
+            pending::<()>().await
+        });
+        sleep(Duration::from_millis(5)).await;
+        assert!(!h.is_finished());
+        h.abort();
+        wait_finished(&h).await;
+        assert!(d1.load(Ordering::SeqCst));
+
+        let d2 = Arc::new(AtomicBool::new(false));
+        let g2 = SetOnDrop(d2.clone());
+        let h2 = spawn(Class::Normal, "victim2", async move {
+            let _g = g2;
+            pending::<()>().await
+        });
+        sleep(Duration::from_millis(5)).await;
+        std::thread::spawn(move || h2.abort()).join().expect("join");
+        let deadline = Instant::now() + WAIT;
+        while !d2.load(Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "remote abort not applied");
+            sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(stats().tasks, 1, "only main is left");
+    });
+}
+
+#[test]
+fn profiling_counts_calls_cpu_and_latency() {
+    run(async {
+        let busy = spawn(Class::Normal, "prof-busy", async {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_millis(3) {
+                std::hint::spin_loop();
+            }
+        });
+        let sleeper = spawn(Class::Normal, "prof-sleeper", async {
+            for _ in 0..3 {
+                sleep(Duration::from_millis(1)).await;
+            }
+        });
+        wait_finished(&busy).await;
+        wait_finished(&sleeper).await;
+        let st = stats();
+        let get = |n| {
+            st.profiling
+                .iter()
+                .find(|p| p.name == n)
+                .cloned()
+                .unwrap_or_else(|| panic!("no profile for {n}"))
+        };
+        let b = get("prof-busy");
+        assert_eq!(b.calls, 1);
+        assert!(b.cpu_ns >= 3_000_000, "{b:?}");
+        let s = get("prof-sleeper");
+        assert_eq!(s.calls, 4, "{s:?}");
+        assert!(s.lat_ns > 0, "{s:?}");
+        assert!(get("main").calls >= 2);
+    });
+}
+
+#[test]
+fn nested_run_worker_is_an_error() {
+    run(async {
+        match try_run_worker(1, cfg(), async {}) {
+            Err(SchedError::Nested { thread_id, running }) => {
+                assert_eq!((thread_id, running), (1, 0));
+            }
+            other => panic!("expected Nested, got {other:?}"),
+        }
+    });
+}
+
+#[test]
+#[should_panic(expected = "called off a worker thread")]
+fn spawn_off_worker_panics() {
+    let _ = spawn(Class::Normal, "nowhere", async {});
+}
+
+#[test]
+#[should_panic(expected = "called off a worker thread")]
+fn thread_id_off_worker_panics() {
+    let _ = thread_id();
+}
+
+/// Rough cost numbers (`cargo test --release -p proxy --lib scheduler::tests::bench -- --ignored --nocapture`).
+#[test]
+#[ignore = "timing report, not a check"]
+fn bench_overhead() {
+    const N: u32 = 200_000;
+    run(async {
+        let t = Instant::now();
+        for _ in 0..N {
+            spawn(Class::Normal, "noop", async {});
+        }
+        while stats().tasks > 1 {
+            yield_now().await;
+        }
+        let spawn_ns = t.elapsed().as_nanos() / u128::from(N);
+        let t = Instant::now();
+        let h = spawn(Class::Normal, "yielder", async {
+            for _ in 0..N {
+                yield_now().await;
+            }
+        });
+        wait_finished(&h).await;
+        let yield_ns = t.elapsed().as_nanos() / u128::from(N);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
+        let t = Instant::now();
+        let h = spawn(Class::Normal, "ping", async move {
+            for i in 0..N {
+                tx.send(i).expect("send");
+                yield_now().await;
+            }
+        });
+        let r = spawn(Class::Normal, "pong", async move {
+            for _ in 0..N {
+                rx.recv().await.expect("recv");
+            }
+        });
+        wait_finished(&h).await;
+        wait_finished(&r).await;
+        let pingpong_ns = t.elapsed().as_nanos() / u128::from(N);
+        eprintln!(
+            "spawn+run no-op: {spawn_ns} ns; self-yield round: {yield_ns} ns; \
+             channel ping-pong step: {pingpong_ns} ns; loops {}",
+            stats().loops
+        );
+    });
+}

@@ -1,0 +1,624 @@
+//! One worker thread's executor: task slab, per-class run queues, the loop.
+//!
+//! Owns: everything thread-local about a worker (the [`Worker`] reachable through
+//! the `CURRENT` thread-local while `run_worker` runs), the scheduler future that
+//! `block_on` drives, and teardown.
+//!
+//! Must not: hold a `RefCell` borrow while user code runs (polling a future,
+//! dropping one, running a remote job, waking a foreign waker): user code may
+//! spawn or wake, which borrows again. Every borrow below is a short push/pop.
+//!
+//! The loop (HAProxy `process_runnable_tasks`, one pass):
+//! 1. drain the cross-thread inbox into Urgent (Heavy for heavy tasks);
+//! 2. compute per-class budgets from the queue lengths (`budget::budgets`);
+//! 3. run classes in order Urgent, Normal, Bulk, Heavy, each up to its budget or
+//!    until empty (with low-latency, go back before each task to a higher class
+//!    that became non-empty and still has budget);
+//! 4. give the reactor a turn with `tokio::task::yield_now()` (its wake is
+//!    deferred until the driver has been polled without blocking), or, if nothing
+//!    is queued, park: return `Pending` until a waker of ours fires.
+//!
+//! # Race window
+//! Parking: `park` stores the `block_on` waker, then checks the queues and the
+//! inbox flag, then sets `idle`. A local wake after that sees `idle` and wakes
+//! `block_on`; a local wake before it left an entry that the check sees. Remote
+//! wakes follow the protocol described in `remote.rs`.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use tokio::runtime::Runtime;
+
+use super::budget::budgets;
+use super::remote::{Inbox, Job, Shared};
+use super::stats::{self, ProfTable, ThreadStats};
+use super::task::{key_generation, key_slot, make_key, Header, TaskHandle, TaskKey};
+use super::{Class, SchedConfig};
+
+/// Most inbox messages taken per loop: a flood from other threads cannot keep
+/// the worker from its own queues and its reactor.
+const INBOX_DRAIN_MAX: usize = 4096;
+
+/// Teardown drops tasks in rounds (a dropped future may spawn); after this many
+/// rounds whatever was spawned last is dropped with the worker.
+const TEARDOWN_ROUNDS: usize = 16;
+
+/// Cap of the per-loop trace kept for tests (entries of 16 bytes).
+#[cfg(test)]
+const LOOP_TRACE_MAX: usize = 1 << 20;
+
+/// "A remote job is running" in `Worker::current`; never a task key (it would
+/// need 2^32 slots).
+const JOB_KEY: TaskKey = u64::MAX;
+
+/// Name under which remote jobs are profiled.
+const JOB_NAME: &str = "<remote job>";
+
+thread_local! {
+    static CURRENT: RefCell<Option<Rc<Worker>>> = const { RefCell::new(None) };
+}
+
+/// Run `f` with this thread's worker, if the thread is a worker.
+pub(crate) fn with_current<R>(f: impl FnOnce(&Worker) -> R) -> Option<R> {
+    CURRENT
+        .try_with(|c| c.borrow().as_deref().map(f))
+        .ok()
+        .flatten()
+}
+
+/// Queue a woken task if this thread owns it; false means "send it home".
+pub(crate) fn wake_on_owner(h: &Arc<Header>) -> bool {
+    with_current(|w| {
+        if Arc::ptr_eq(&w.shared, &h.owner) {
+            w.wake_local(h);
+            true
+        } else {
+            false
+        }
+    })
+    .unwrap_or(false)
+}
+
+/// A queued task, with its wake time (ns since the worker's epoch; 0 = unknown).
+struct Entry {
+    key: TaskKey,
+    t: u64,
+}
+
+struct JobEntry {
+    job: Job,
+    t: u64,
+}
+
+enum Item {
+    Task(Entry),
+    Job(JobEntry),
+}
+
+/// Per-class queues; remote jobs belong to the Urgent class.
+#[derive(Default)]
+struct RunQueues {
+    q: [VecDeque<Entry>; 4],
+    jobs: VecDeque<JobEntry>,
+}
+
+impl RunQueues {
+    fn len(&self, class: usize) -> usize {
+        self.q[class].len() + if class == 0 { self.jobs.len() } else { 0 }
+    }
+
+    fn lens(&self) -> [usize; 4] {
+        [self.len(0), self.len(1), self.len(2), self.len(3)]
+    }
+
+    fn is_empty(&self) -> bool {
+        self.jobs.is_empty() && self.q.iter().all(VecDeque::is_empty)
+    }
+
+    fn pop(&mut self, class: usize) -> Option<Item> {
+        if class == 0 {
+            if let Some(j) = self.jobs.pop_front() {
+                return Some(Item::Job(j));
+            }
+        }
+        self.q[class].pop_front().map(Item::Task)
+    }
+}
+
+/// A task's future and what polling it needs.
+struct Task {
+    fut: Pin<Box<dyn Future<Output = ()>>>,
+    waker: Waker,
+    header: Arc<Header>,
+    prof: u32,
+}
+
+struct Slot {
+    generation: u32,
+    /// `None` when free, or while the task is being polled.
+    task: Option<Task>,
+}
+
+#[derive(Default)]
+struct Slab {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+enum Outcome {
+    Stale,
+    Ran,
+    MainDone,
+}
+
+pub(crate) struct Worker {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) thread_id: usize,
+    depth: usize,
+    low_latency: bool,
+    inbox: mpsc::Receiver<Inbox>,
+    rq: RefCell<RunQueues>,
+    slab: RefCell<Slab>,
+    /// What runs now: a task (key, class it was queued in) or a remote job.
+    current: Cell<Option<(TaskKey, Class)>>,
+    /// The scheduler future is parked and must be woken by the next local wake.
+    idle: Cell<bool>,
+    sched_waker: RefCell<Option<Waker>>,
+    main_key: Cell<Option<TaskKey>>,
+    epoch: Instant,
+    /// Cached clock (ns since `epoch`): start of the running task, or end of the
+    /// last run. Only maintained while profiling is on.
+    now_ns: Cell<u64>,
+    loops: Cell<u64>,
+    run: Cell<[u64; 4]>,
+    last_loop: Cell<[u32; 4]>,
+    remote_wakes: Cell<u64>,
+    remote_jobs: Cell<u64>,
+    prof: RefCell<ProfTable>,
+    job_prof: u32,
+    #[cfg(test)]
+    trace: RefCell<Option<Vec<[u32; 4]>>>,
+}
+
+impl Worker {
+    pub(crate) fn new(thread_id: usize, cfg: &SchedConfig) -> Rc<Self> {
+        let (shared, inbox) = Shared::new(thread_id);
+        let mut prof = ProfTable::default();
+        let job_prof = prof.intern(JOB_NAME);
+        Rc::new(Self {
+            shared,
+            thread_id,
+            depth: cfg.depth(),
+            low_latency: cfg.low_latency,
+            inbox,
+            rq: RefCell::new(RunQueues::default()),
+            slab: RefCell::new(Slab::default()),
+            current: Cell::new(None),
+            idle: Cell::new(false),
+            sched_waker: RefCell::new(None),
+            main_key: Cell::new(None),
+            epoch: Instant::now(),
+            now_ns: Cell::new(0),
+            loops: Cell::new(0),
+            run: Cell::new([0; 4]),
+            last_loop: Cell::new([0; 4]),
+            remote_wakes: Cell::new(0),
+            remote_jobs: Cell::new(0),
+            prof: RefCell::new(prof),
+            job_prof,
+            #[cfg(test)]
+            trace: RefCell::new(None),
+        })
+    }
+
+    fn clock(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Wake time for an entry queued now (see `stats.rs` for the approximation).
+    fn stamp(&self) -> u64 {
+        if !stats::profiling() {
+            0
+        } else if self.current.get().is_some() {
+            self.now_ns.get()
+        } else {
+            self.clock()
+        }
+    }
+
+    pub(crate) fn current_class(&self) -> Option<Class> {
+        self.current.get().map(|(_, c)| c)
+    }
+
+    pub(crate) fn spawn_local<F>(&self, class: Class, name: &'static str, fut: F) -> TaskHandle
+    where
+        F: Future<Output = ()> + 'static,
+    {
+        let prof = self.prof.borrow_mut().intern(name);
+        let fut: Pin<Box<dyn Future<Output = ()>>> = Box::pin(fut);
+        let header = {
+            let mut slab = self.slab.borrow_mut();
+            let idx = match slab.free.pop() {
+                Some(i) => i as usize,
+                None => {
+                    slab.slots.push(Slot {
+                        generation: 0,
+                        task: None,
+                    });
+                    slab.slots.len() - 1
+                }
+            };
+            let slot = &mut slab.slots[idx];
+            let key = make_key(idx as u32, slot.generation);
+            let header = Arc::new(Header::new(
+                key,
+                class == Class::Heavy,
+                Arc::clone(&self.shared),
+            ));
+            slot.task = Some(Task {
+                fut,
+                waker: Waker::from(Arc::clone(&header)),
+                header: Arc::clone(&header),
+                prof,
+            });
+            slab.live += 1;
+            header
+        };
+        self.enqueue(header.key, class);
+        TaskHandle { header }
+    }
+
+    pub(crate) fn spawn_main<F>(&self, main: F)
+    where
+        F: Future<Output = ()> + 'static,
+    {
+        let h = self.spawn_local(Class::Normal, "main", main);
+        self.main_key.set(Some(h.header.key));
+    }
+
+    fn enqueue(&self, key: TaskKey, class: Class) {
+        let t = self.stamp();
+        self.rq.borrow_mut().q[class.index()].push_back(Entry { key, t });
+        self.kick();
+    }
+
+    /// Wake the scheduler future if it is parked.
+    fn kick(&self) {
+        if self.idle.replace(false) {
+            if let Some(w) = self.sched_waker.borrow().as_ref() {
+                w.wake_by_ref();
+            }
+        }
+    }
+
+    /// A task of this worker was woken on this thread: classify and queue it.
+    pub(crate) fn wake_local(&self, h: &Header) {
+        let class = if h.heavy {
+            Class::Heavy
+        } else {
+            match self.current.get() {
+                None => Class::Urgent,
+                Some((k, _)) if k == h.key => Class::Bulk,
+                Some(_) => Class::Normal,
+            }
+        };
+        self.enqueue(h.key, class);
+    }
+
+    fn drain_inbox(&self) {
+        if !self.shared.take_notified() {
+            return;
+        }
+        let t = self.stamp();
+        for _ in 0..INBOX_DRAIN_MAX {
+            match self.inbox.try_recv() {
+                Ok(Inbox::Wake(h)) => {
+                    self.remote_wakes.set(self.remote_wakes.get() + 1);
+                    let class = if h.heavy { Class::Heavy } else { Class::Urgent };
+                    self.rq.borrow_mut().q[class.index()].push_back(Entry { key: h.key, t });
+                }
+                Ok(Inbox::Run(job)) => {
+                    self.rq.borrow_mut().jobs.push_back(JobEntry { job, t });
+                }
+                Err(_) => return,
+            }
+        }
+        self.shared.renotify();
+    }
+
+    fn has_work(&self) -> bool {
+        !self.rq.borrow().is_empty()
+    }
+
+    fn register_waker(&self, w: &Waker) {
+        let mut slot = self.sched_waker.borrow_mut();
+        if !slot.as_ref().is_some_and(|old| old.will_wake(w)) {
+            *slot = Some(w.clone());
+            self.shared.set_waker(w);
+        }
+    }
+
+    fn park(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.register_waker(cx.waker());
+        if self.has_work() || self.shared.is_notified() {
+            self.idle.set(false);
+            Poll::Ready(())
+        } else {
+            self.idle.set(true);
+            Poll::Pending
+        }
+    }
+
+    /// One pass over the classes. Returns true when `main` has completed.
+    fn run_loop(&self) -> bool {
+        let prof = stats::profiling();
+        if prof {
+            self.now_ns.set(self.clock());
+        }
+        let mut budget = budgets(self.depth, self.rq.borrow().lens());
+        let mut ran = [0u32; 4];
+        let mut class = 0usize;
+        let mut main_done = false;
+        loop {
+            let item = {
+                let mut rq = self.rq.borrow_mut();
+                if self.low_latency && class > 0 {
+                    if let Some(c) = (0..class).find(|&c| budget[c] > 0 && rq.len(c) > 0) {
+                        class = c;
+                    }
+                }
+                while class < 4 && (budget[class] == 0 || rq.len(class) == 0) {
+                    class += 1;
+                }
+                if class == 4 {
+                    break;
+                }
+                budget[class] -= 1;
+                rq.pop(class)
+            };
+            let outcome = match item {
+                Some(Item::Job(j)) => {
+                    self.run_job(j, prof);
+                    Outcome::Ran
+                }
+                Some(Item::Task(e)) => self.run_task(e, Class::ALL[class], prof),
+                None => Outcome::Stale,
+            };
+            match outcome {
+                // A stale entry (finished task) costs no budget.
+                Outcome::Stale => budget[class] += 1,
+                Outcome::Ran => ran[class] += 1,
+                Outcome::MainDone => {
+                    ran[class] += 1;
+                    main_done = true;
+                    break;
+                }
+            }
+        }
+        self.loops.set(self.loops.get() + 1);
+        let mut run = self.run.get();
+        for (total, n) in run.iter_mut().zip(ran) {
+            *total += u64::from(n);
+        }
+        self.run.set(run);
+        self.last_loop.set(ran);
+        #[cfg(test)]
+        if let Some(t) = self.trace.borrow_mut().as_mut() {
+            if t.len() < LOOP_TRACE_MAX {
+                t.push(ran);
+            }
+        }
+        main_done
+    }
+
+    fn run_task(&self, e: Entry, class: Class, prof: bool) -> Outcome {
+        let mut task = {
+            let mut slab = self.slab.borrow_mut();
+            match slab.slots.get_mut(key_slot(e.key)) {
+                Some(slot) if slot.generation == key_generation(e.key) => match slot.task.take() {
+                    Some(t) => t,
+                    None => return Outcome::Stale,
+                },
+                _ => return Outcome::Stale,
+            }
+        };
+        // Cleared before the poll so a wake during it queues the task again;
+        // AcqRel pairs with the waker's swap (its writes are visible to the poll).
+        task.header.queued.swap(false, Ordering::AcqRel);
+        if task.header.aborted.load(Ordering::Acquire) {
+            return self.finish(e.key, task);
+        }
+        let start = if prof { self.now_ns.get() } else { 0 };
+        self.current.set(Some((e.key, class)));
+        let poll = task
+            .fut
+            .as_mut()
+            .poll(&mut Context::from_waker(&task.waker));
+        self.current.set(None);
+        if prof {
+            let end = self.clock();
+            self.now_ns.set(end);
+            let lat = if e.t == 0 {
+                0
+            } else {
+                start.saturating_sub(e.t)
+            };
+            self.prof
+                .borrow_mut()
+                .record(task.prof, lat, end.saturating_sub(start));
+        } else {
+            self.prof.borrow_mut().count_call(task.prof);
+        }
+        if poll.is_ready() || task.header.aborted.load(Ordering::Acquire) {
+            return self.finish(e.key, task);
+        }
+        let leftover = {
+            let mut slab = self.slab.borrow_mut();
+            match slab.slots.get_mut(key_slot(e.key)) {
+                Some(slot) => {
+                    slot.task = Some(task);
+                    None
+                }
+                None => Some(task),
+            }
+        };
+        drop(leftover);
+        Outcome::Ran
+    }
+
+    /// The task is over (completed or aborted): free its slot, then drop it.
+    fn finish(&self, key: TaskKey, task: Task) -> Outcome {
+        task.header.done.store(true, Ordering::Release);
+        {
+            let mut slab = self.slab.borrow_mut();
+            let idx = key_slot(key);
+            if let Some(slot) = slab.slots.get_mut(idx) {
+                slot.generation = slot.generation.wrapping_add(1);
+                slab.free.push(idx as u32);
+                slab.live -= 1;
+            }
+        }
+        drop(task);
+        if self.main_key.get() == Some(key) {
+            Outcome::MainDone
+        } else {
+            Outcome::Ran
+        }
+    }
+
+    fn run_job(&self, j: JobEntry, prof: bool) {
+        let start = if prof { self.now_ns.get() } else { 0 };
+        self.current.set(Some((JOB_KEY, Class::Urgent)));
+        (j.job)();
+        self.current.set(None);
+        self.remote_jobs.set(self.remote_jobs.get() + 1);
+        if prof {
+            let end = self.clock();
+            self.now_ns.set(end);
+            let lat = if j.t == 0 {
+                0
+            } else {
+                start.saturating_sub(j.t)
+            };
+            self.prof
+                .borrow_mut()
+                .record(self.job_prof, lat, end.saturating_sub(start));
+        } else {
+            self.prof.borrow_mut().count_call(self.job_prof);
+        }
+    }
+
+    /// Drop every task and queued job (rounds: a dropped future may spawn).
+    fn teardown(&self) {
+        for _ in 0..TEARDOWN_ROUNDS {
+            let (tasks, jobs) = {
+                let mut slab = self.slab.borrow_mut();
+                let mut tasks = Vec::new();
+                for slot in &mut slab.slots {
+                    if let Some(t) = slot.task.take() {
+                        t.header.done.store(true, Ordering::Release);
+                        slot.generation = slot.generation.wrapping_add(1);
+                        tasks.push(t);
+                    }
+                }
+                slab.free = (0..slab.slots.len() as u32).collect();
+                slab.live = 0;
+                let mut rq = self.rq.borrow_mut();
+                for q in &mut rq.q {
+                    q.clear();
+                }
+                (tasks, std::mem::take(&mut rq.jobs))
+            };
+            if tasks.is_empty() && jobs.is_empty() {
+                return;
+            }
+            drop(jobs);
+            drop(tasks);
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> ThreadStats {
+        ThreadStats {
+            thread_id: self.thread_id,
+            loops: self.loops.get(),
+            run: self.run.get(),
+            queued: self.rq.borrow().lens(),
+            last_loop: self.last_loop.get(),
+            tasks: self.slab.borrow().live,
+            remote_wakes: self.remote_wakes.get(),
+            remote_jobs: self.remote_jobs.get(),
+            profiling: self.prof.borrow().entries.clone(),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_trace(&self, on: bool) {
+        *self.trace.borrow_mut() = on.then(Vec::new);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn take_trace(&self) -> Vec<[u32; 4]> {
+        self.trace
+            .borrow_mut()
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+}
+
+/// The scheduler future `block_on` drives (under `coop::unconstrained`).
+pub(crate) async fn sched_main(w: Rc<Worker>) {
+    std::future::poll_fn(|cx| {
+        w.register_waker(cx.waker());
+        Poll::Ready(())
+    })
+    .await;
+    loop {
+        w.drain_inbox();
+        if w.has_work() {
+            if w.run_loop() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        } else {
+            std::future::poll_fn(|cx| w.park(cx)).await;
+        }
+    }
+}
+
+/// Makes a worker this thread's current one; on drop (normal return or unwind)
+/// refuses further remote messages, drops every task inside the runtime's
+/// context, and clears the thread-local.
+pub(crate) struct Installed<'rt> {
+    worker: Rc<Worker>,
+    rt: &'rt Runtime,
+}
+
+impl<'rt> Installed<'rt> {
+    /// The caller has checked that this thread has no worker.
+    pub(crate) fn new(worker: Rc<Worker>, rt: &'rt Runtime) -> Self {
+        let w = Rc::clone(&worker);
+        let _ = CURRENT.try_with(move |c| *c.borrow_mut() = Some(w));
+        Self { worker, rt }
+    }
+}
+
+impl Drop for Installed<'_> {
+    fn drop(&mut self) {
+        self.worker.shared.close();
+        {
+            let _ctx = self.rt.enter();
+            self.worker.teardown();
+        }
+        let old = CURRENT.try_with(|c| c.borrow_mut().take()).ok().flatten();
+        drop(old);
+    }
+}
