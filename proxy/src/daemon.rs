@@ -46,6 +46,8 @@ pub enum DaemonError {
     },
     #[error("cannot drop privileges: {0}")]
     Privileges(String),
+    #[error(transparent)]
+    Cli(#[from] crate::cli::CliError),
 }
 
 /// Process phase, broadcast to every worker.
@@ -177,6 +179,8 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     crate::handoff::init_pipes(config.global.pipesize, config.global.maxpipes);
 
     let listeners = bind_all(&config, nbthread)?;
+    // Stats sockets: bound before dropping privileges; files removed when this drops.
+    let mut cli_sockets = crate::cli::Sockets::bind(&config)?;
     let _pidfile = PidFile::create(config.global.pidfile.as_ref())?;
     drop_privileges(&config)?;
 
@@ -196,6 +200,11 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     let mut threads = Vec::with_capacity(nbthread);
     for (tid, ls) in listeners.into_iter().enumerate() {
         let state = state.clone();
+        let cli = if tid == 0 {
+            cli_sockets.take_listeners()
+        } else {
+            Vec::new()
+        };
         let cfg = SchedConfig {
             nbthread,
             runqueue_depth: config.global.runqueue_depth,
@@ -203,7 +212,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         };
         let h = std::thread::Builder::new()
             .name(format!("shunt-worker-{tid}"))
-            .spawn(move || scheduler::run_worker(tid, cfg, worker_main(state, ls)))
+            .spawn(move || scheduler::run_worker(tid, cfg, worker_main(state, ls, cli)))
             .map_err(|source| DaemonError::Thread {
                 thread: tid,
                 source,
@@ -286,9 +295,13 @@ fn wait_for_signals(
 }
 
 /// One worker: an accept task per listener, then wait for the stop.
-async fn worker_main(state: Arc<State>, listeners: ThreadListeners) {
+async fn worker_main(
+    state: Arc<State>,
+    listeners: ThreadListeners,
+    cli: Vec<crate::cli::Listener>,
+) {
     let mut phase = state.phase.clone();
-    let mut tasks = Vec::new();
+    let mut tasks = crate::cli::serve(state.clone(), cli);
     for (fi, l) in listeners {
         match TcpListener::from_std(l) {
             Ok(l) => {

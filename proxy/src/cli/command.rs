@@ -1,0 +1,388 @@
+//! CLI command parsing: the words of one request → a typed [`Command`].
+//!
+//! Owns the command table (keywords, usage text for `help`, required level) and the
+//! syntax of each command's arguments. Pure: it never reads runtime state, so names
+//! (proxies, servers) stay strings here and are resolved by `dispatch`. A known command
+//! with bad arguments becomes [`Command::Bad`], which still carries the level the
+//! command needs, so a user-level session is told `Permission denied` before it is told
+//! about its syntax (as HAProxy does).
+
+use std::time::Duration;
+
+use crate::config::CliLevel;
+
+use super::frame::Request;
+
+/// Longest `set timeout cli` accepted (HAProxy's tick arithmetic stops near 24.8 days).
+pub const MAX_CLI_TIMEOUT: Duration = Duration::from_secs(24 * 86_400);
+
+/// Output format of `show info`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InfoFormat {
+    #[default]
+    Plain,
+    /// `N.Name.1:TAGS:type:value` lines.
+    Typed,
+}
+
+/// Which proxy `show stat` is bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxySel {
+    /// `-1`: every proxy.
+    All,
+    /// A numeric proxy id (`iid`).
+    Id(i64),
+    /// A proxy name, or a word that is neither (resolved, or refused, by dispatch).
+    Name(String),
+}
+
+/// `show stat [IID TYPE SID]`: HAProxy's filter. `types` is the bitmask
+/// 1 = frontends, 2 = backends, 4 = servers (`-1` = all).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatQuery {
+    pub proxy: ProxySel,
+    pub types: i64,
+    /// Server id, `-1` = all.
+    pub sid: i64,
+}
+
+impl Default for StatQuery {
+    fn default() -> Self {
+        Self {
+            proxy: ProxySel::All,
+            types: -1,
+            sid: -1,
+        }
+    }
+}
+
+/// Argument errors; the text is HAProxy's, byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("Expects an integer value.")]
+    ExpectsInteger,
+    #[error("Invalid timeout value.")]
+    InvalidTimeout,
+    #[error("'set timeout' only supports 'cli'.")]
+    TimeoutOnlyCli,
+}
+
+/// One parsed CLI command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// `help [WORDS...]`
+    Help(Vec<String>),
+    /// `prompt`: toggle interactive mode.
+    Prompt,
+    /// `quit`
+    Quit,
+    /// `operator` / `user`: lower this session's level.
+    SetLevel(CliLevel),
+    /// `show cli level`
+    ShowCliLevel,
+    /// `show info [typed]`
+    ShowInfo(InfoFormat),
+    /// `show stat [IID TYPE SID]`
+    ShowStat(StatQuery),
+    /// `set timeout cli DELAY`
+    SetTimeoutCli(Duration),
+    /// A known command with bad arguments.
+    Bad { need: CliLevel, err: ParseError },
+    /// No command matches these words.
+    Unknown(Vec<String>),
+    /// A blank line: nothing to run.
+    Empty,
+}
+
+impl Command {
+    /// The level a session needs to run this command.
+    pub fn level(&self) -> CliLevel {
+        match self {
+            Command::SetLevel(l) => *l,
+            Command::Bad { need, .. } => *need,
+            _ => CliLevel::User,
+        }
+    }
+}
+
+/// One line of `help`: the keywords that select it, its syntax and its description.
+#[derive(Debug, Clone, Copy)]
+pub struct HelpEntry {
+    pub keywords: &'static [&'static str],
+    pub syntax: &'static str,
+    pub desc: &'static str,
+}
+
+/// Every command, sorted by keywords as HAProxy lists them; `help`, `prompt` and `quit`
+/// come last, as in HAProxy's own listing. Keep in step with [`parse`].
+pub const HELP: &[HelpEntry] = &[
+    HelpEntry {
+        keywords: &["operator"],
+        syntax: "operator",
+        desc: "lower the level of the current CLI session to operator",
+    },
+    HelpEntry {
+        keywords: &["set", "timeout"],
+        syntax: "set timeout [cli] <delay>",
+        desc: "change a timeout setting",
+    },
+    HelpEntry {
+        keywords: &["show", "cli", "level"],
+        syntax: "show cli level",
+        desc: "display the level of the current CLI session",
+    },
+    HelpEntry {
+        keywords: &["show", "info"],
+        syntax: "show info [desc|json|typed|float]*",
+        desc: "report information about the running process",
+    },
+    HelpEntry {
+        keywords: &["show", "stat"],
+        syntax: "show stat [desc|json|no-maint|typed|up]*",
+        desc: "report counters for each proxy and server",
+    },
+    HelpEntry {
+        keywords: &["user"],
+        syntax: "user",
+        desc: "lower the level of the current CLI session to user",
+    },
+    HelpEntry {
+        keywords: &["help"],
+        syntax: "help [<command>]",
+        desc: "list matching or all commands",
+    },
+    HelpEntry {
+        keywords: &["prompt"],
+        syntax: "prompt",
+        desc: "toggle interactive mode with prompt",
+    },
+    HelpEntry {
+        keywords: &["quit"],
+        syntax: "quit",
+        desc: "disconnect",
+    },
+];
+
+/// Parse one request. Never fails: unknown input becomes [`Command::Unknown`].
+pub fn parse(req: &Request) -> Command {
+    let w: Vec<&str> = req.words.iter().map(String::as_str).collect();
+    match w.as_slice() {
+        [] => Command::Empty,
+        ["help", rest @ ..] => Command::Help(rest.iter().map(|s| s.to_string()).collect()),
+        ["prompt", ..] => Command::Prompt,
+        ["quit", ..] => Command::Quit,
+        ["operator", ..] => Command::SetLevel(CliLevel::Operator),
+        ["user", ..] => Command::SetLevel(CliLevel::User),
+        ["show", "cli", "level", ..] => Command::ShowCliLevel,
+        ["show", "info", rest @ ..] => {
+            let typed = rest.contains(&"typed");
+            Command::ShowInfo(if typed {
+                InfoFormat::Typed
+            } else {
+                InfoFormat::Plain
+            })
+        }
+        ["show", "stat", rest @ ..] => Command::ShowStat(parse_stat_query(rest)),
+        ["set", "timeout", rest @ ..] => match rest {
+            ["cli", delay, ..] => match parse_delay_secs(delay) {
+                Ok(d) => Command::SetTimeoutCli(d),
+                Err(err) => Command::Bad {
+                    need: CliLevel::User,
+                    err,
+                },
+            },
+            ["cli"] => Command::Bad {
+                need: CliLevel::User,
+                err: ParseError::ExpectsInteger,
+            },
+            _ => Command::Bad {
+                need: CliLevel::User,
+                err: ParseError::TimeoutOnlyCli,
+            },
+        },
+        _ => Command::Unknown(req.words.clone()),
+    }
+}
+
+/// `show stat` arguments as HAProxy reads them: the filter applies only when three
+/// positional words are present; anything else (`typed`, `json`, ...) is a format flag.
+fn parse_stat_query(args: &[&str]) -> StatQuery {
+    let [px, ty, sid, ..] = args else {
+        return StatQuery::default();
+    };
+    let proxy = match px.parse::<i64>() {
+        Ok(-1) => ProxySel::All,
+        Ok(n) => ProxySel::Id(n),
+        Err(_) => ProxySel::Name(px.to_string()),
+    };
+    StatQuery {
+        proxy,
+        types: atoi(ty),
+        sid: atoi(sid),
+    }
+}
+
+/// C `atoi`: leading sign and digits, anything else stops; no digits gives 0.
+fn atoi(s: &str) -> i64 {
+    let (neg, digits) = match s.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let mut v: i64 = 0;
+    for b in digits.bytes().take_while(u8::is_ascii_digit) {
+        v = v.saturating_mul(10).saturating_add(i64::from(b - b'0'));
+    }
+    if neg {
+        -v
+    } else {
+        v
+    }
+}
+
+/// A delay in seconds by default, with HAProxy's unit suffixes (`us ms s m h d`).
+/// Must round to at least one second.
+fn parse_delay_secs(s: &str) -> Result<Duration, ParseError> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| ParseError::InvalidTimeout)?;
+    let ms = match unit {
+        "us" => n / 1_000_000 * 1000,
+        "ms" => n,
+        "" | "s" => n.saturating_mul(1000),
+        "m" => n.saturating_mul(60_000),
+        "h" => n.saturating_mul(3_600_000),
+        "d" => n.saturating_mul(86_400_000),
+        _ => return Err(ParseError::InvalidTimeout),
+    };
+    if ms < 1000 {
+        return Err(ParseError::InvalidTimeout);
+    }
+    Ok(Duration::from_millis(ms).min(MAX_CLI_TIMEOUT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(line: &str) -> Command {
+        let reqs = super::super::frame::split_line(line.as_bytes());
+        parse(reqs.first().unwrap_or(&Request::default()))
+    }
+
+    #[test]
+    fn known_commands() {
+        assert_eq!(p("show info"), Command::ShowInfo(InfoFormat::Plain));
+        assert_eq!(p("show info typed"), Command::ShowInfo(InfoFormat::Typed));
+        assert_eq!(p("show stat"), Command::ShowStat(StatQuery::default()));
+        assert_eq!(p("prompt"), Command::Prompt);
+        assert_eq!(p("quit"), Command::Quit);
+        assert_eq!(p("user"), Command::SetLevel(CliLevel::User));
+        assert_eq!(p("operator").level(), CliLevel::Operator);
+        assert_eq!(p("show cli level"), Command::ShowCliLevel);
+        assert_eq!(p(""), Command::Empty);
+        assert_eq!(p("admin"), Command::Unknown(vec!["admin".to_string()]));
+    }
+
+    #[test]
+    fn stat_filter_is_positional_like_haproxy() {
+        assert_eq!(
+            p("show stat -1 2 -1"),
+            Command::ShowStat(StatQuery {
+                proxy: ProxySel::All,
+                types: 2,
+                sid: -1
+            })
+        );
+        assert_eq!(
+            p("show stat b 4 -1 typed"),
+            Command::ShowStat(StatQuery {
+                proxy: ProxySel::Name("b".into()),
+                types: 4,
+                sid: -1
+            })
+        );
+        // `typed` in first position is read as a proxy name (HAProxy then says "No such proxy.").
+        assert_eq!(
+            p("show stat typed -1 2 -1"),
+            Command::ShowStat(StatQuery {
+                proxy: ProxySel::Name("typed".into()),
+                types: -1,
+                sid: 2
+            })
+        );
+        assert_eq!(
+            p("show stat typed"),
+            Command::ShowStat(StatQuery::default())
+        );
+        assert_eq!(
+            p("show stat 3 6 1"),
+            Command::ShowStat(StatQuery {
+                proxy: ProxySel::Id(3),
+                types: 6,
+                sid: 1
+            })
+        );
+    }
+
+    #[test]
+    fn set_timeout_cli() {
+        assert_eq!(
+            p("set timeout cli 60"),
+            Command::SetTimeoutCli(Duration::from_secs(60))
+        );
+        assert_eq!(
+            p("set timeout cli 2m"),
+            Command::SetTimeoutCli(Duration::from_secs(120))
+        );
+        assert_eq!(
+            p("set timeout cli 1500ms"),
+            Command::SetTimeoutCli(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            p("set timeout cli 100d"),
+            Command::SetTimeoutCli(MAX_CLI_TIMEOUT)
+        );
+        for bad in [
+            "set timeout cli 0",
+            "set timeout cli 10x",
+            "set timeout cli 500ms",
+            "set timeout cli -1",
+        ] {
+            assert!(
+                matches!(
+                    p(bad),
+                    Command::Bad {
+                        err: ParseError::InvalidTimeout,
+                        ..
+                    }
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            p("set timeout cli"),
+            Command::Bad {
+                err: ParseError::ExpectsInteger,
+                ..
+            }
+        ));
+        assert!(matches!(
+            p("set timeout server 5"),
+            Command::Bad {
+                err: ParseError::TimeoutOnlyCli,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn help_table_matches_the_parser() {
+        for e in HELP {
+            let line = e.keywords.join(" ");
+            assert!(
+                !matches!(p(&line), Command::Unknown(_)),
+                "help lists '{line}' but the parser does not know it"
+            );
+        }
+    }
+}

@@ -1,0 +1,429 @@
+//! The stats socket CLI: listeners, connections, and the per-connection loop.
+//!
+//! Owns the `stats socket` Unix listeners (bound at start-up, before privileges are
+//! dropped, by [`Sockets::bind`]; files removed when [`Sockets`] drops) and each client
+//! connection's life: read → split into requests (`frame`) → parse (`command`) → apply
+//! (`dispatch`, the only place state changes) → render (`render`) → batched write.
+//!
+//! Invariants:
+//! - The listener and every connection are scheduler tasks of class `Bulk` on the worker
+//!   that called [`serve`] (thread 0); no bare `tokio::spawn`.
+//! - At most `stats maxconn` connections per socket; beyond that the listener stops
+//!   accepting (clients wait in the kernel backlog), as HAProxy does.
+//! - Output is held while the batch of input already received still has commands and
+//!   written once the batch is exhausted or [`frame::OUT_FLUSH`] bytes are pending —
+//!   never one answer per write. The loop yields every [`YIELD_EVERY`] commands so a long
+//!   batch does not starve flows on the same worker.
+//! - Non-interactive connections close after a line once no further input is buffered
+//!   (so pipelined lines that arrived together are all answered, as HAProxy does);
+//!   interactive ones (`prompt`) stay until `quit`, EOF or the idle timeout.
+
+pub mod command;
+pub mod dispatch;
+pub mod frame;
+pub mod render;
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::UnixListener;
+use tokio::sync::Semaphore;
+
+use crate::config::{CliLevel, Config, StatsSocket};
+use crate::daemon::State;
+use crate::scheduler::{self, Class, TaskHandle};
+
+use frame::{Event, Input};
+
+/// Bytes read from a CLI socket at once.
+const READ_CHUNK: usize = 16 * 1024;
+/// Commands run back to back before the connection task yields to the scheduler.
+pub const YIELD_EVERY: usize = 64;
+/// Default `Name` in `show info`.
+pub const DEFAULT_NAME: &str = "shunt";
+/// Pause after a failed accept (EMFILE and friends) before trying again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("stats socket '{path}': a file that is not a socket is in the way")]
+    NotASocket { path: PathBuf },
+    #[error("stats socket '{path}': cannot remove the stale socket: {source}")]
+    RemoveStale {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("stats socket '{path}': cannot bind: {source}")]
+    Bind {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("stats socket '{path}': cannot set mode {mode:o}: {source}")]
+    Chmod {
+        path: PathBuf,
+        mode: u32,
+        source: std::io::Error,
+    },
+    #[error("stats socket '{path}': cannot set owner: {reason}")]
+    Chown { path: PathBuf, reason: String },
+}
+
+/// What every CLI connection reads: the shared daemon state plus process facts the
+/// state does not carry.
+pub struct Ctx {
+    pub state: Arc<State>,
+    /// `Name` in `show info`.
+    pub name: String,
+    /// `node` in `show info` (the host name).
+    pub node: String,
+    /// Wall-clock start, for `Start_time_sec`.
+    pub started: SystemTime,
+    /// Monotonic start, for `Uptime`.
+    pub started_mono: Instant,
+}
+
+impl Ctx {
+    pub fn new(state: Arc<State>) -> Self {
+        Self {
+            state,
+            name: DEFAULT_NAME.to_string(),
+            node: hostname(),
+            started: SystemTime::now(),
+            started_mono: Instant::now(),
+        }
+    }
+
+    pub fn uptime_secs(&self) -> u64 {
+        self.started_mono.elapsed().as_secs()
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// One CLI connection's own state.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub level: CliLevel,
+    /// `prompt` mode.
+    pub interactive: bool,
+    /// `quit` was run: close after flushing.
+    pub quit: bool,
+    /// Idle timeout (`stats timeout`, then `set timeout cli`).
+    pub timeout: Duration,
+}
+
+impl Session {
+    pub fn new(level: CliLevel, timeout: Duration) -> Self {
+        Self {
+            level,
+            interactive: false,
+            quit: false,
+            timeout,
+        }
+    }
+}
+
+/// One bound stats socket, ready to be served.
+pub struct Listener {
+    pub listener: std::os::unix::net::UnixListener,
+    pub level: CliLevel,
+    pub path: PathBuf,
+}
+
+/// The bound stats sockets of the process. Dropping it removes the socket files.
+#[derive(Default)]
+pub struct Sockets {
+    listeners: Vec<Listener>,
+    paths: Vec<PathBuf>,
+}
+
+impl Sockets {
+    /// Bind every `stats socket` of the configuration: remove a stale socket file,
+    /// bind, set its mode and owner. Call before dropping privileges.
+    pub fn bind(config: &Config) -> Result<Self, CliError> {
+        let mut s = Sockets::default();
+        for sock in &config.global.stats_sockets {
+            let l = bind_one(sock)?;
+            s.paths.push(sock.path.clone());
+            s.listeners.push(l);
+        }
+        Ok(s)
+    }
+
+    /// The listeners, for the worker that serves them (leaves the file cleanup here).
+    pub fn take_listeners(&mut self) -> Vec<Listener> {
+        std::mem::take(&mut self.listeners)
+    }
+}
+
+impl Drop for Sockets {
+    fn drop(&mut self) {
+        for p in &self.paths {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn bind_one(sock: &StatsSocket) -> Result<Listener, CliError> {
+    let path = &sock.path;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            std::fs::remove_file(path).map_err(|source| CliError::RemoveStale {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        Ok(_) => return Err(CliError::NotASocket { path: path.clone() }),
+        Err(_) => {}
+    }
+    let listener =
+        std::os::unix::net::UnixListener::bind(path).map_err(|source| CliError::Bind {
+            path: path.clone(),
+            source,
+        })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| CliError::Bind {
+            path: path.clone(),
+            source,
+        })?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(sock.mode)).map_err(
+        |source| CliError::Chmod {
+            path: path.clone(),
+            mode: sock.mode,
+            source,
+        },
+    )?;
+    chown(path, sock.user.as_deref(), sock.group.as_deref())?;
+    Ok(Listener {
+        listener,
+        level: sock.level,
+        path: path.clone(),
+    })
+}
+
+fn chown(path: &Path, user: Option<&str>, group: Option<&str>) -> Result<(), CliError> {
+    use nix::unistd::{Group, User};
+    if user.is_none() && group.is_none() {
+        return Ok(());
+    }
+    let err = |reason: String| CliError::Chown {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let uid = match user {
+        Some(u) => Some(
+            User::from_name(u)
+                .map_err(|e| err(format!("user '{u}': {e}")))?
+                .ok_or_else(|| err(format!("unknown user '{u}'")))?
+                .uid,
+        ),
+        None => None,
+    };
+    let gid = match group {
+        Some(g) => Some(
+            Group::from_name(g)
+                .map_err(|e| err(format!("group '{g}': {e}")))?
+                .ok_or_else(|| err(format!("unknown group '{g}'")))?
+                .gid,
+        ),
+        None => None,
+    };
+    nix::unistd::chown(path, uid, gid).map_err(|e| err(e.to_string()))
+}
+
+/// Serve the given listeners on the calling worker: one `Bulk` task per socket, one per
+/// client connection. Returns the listener tasks (abort them to stop accepting).
+pub fn serve(state: Arc<State>, listeners: Vec<Listener>) -> Vec<TaskHandle> {
+    if listeners.is_empty() {
+        return Vec::new();
+    }
+    let ctx = Arc::new(Ctx::new(state));
+    let mut tasks = Vec::with_capacity(listeners.len());
+    for l in listeners {
+        match UnixListener::from_std(l.listener) {
+            Ok(ul) => {
+                tracing::info!(path = %l.path.display(), "stats socket listening");
+                tasks.push(scheduler::spawn(
+                    Class::Bulk,
+                    "cli",
+                    accept_loop(ctx.clone(), ul, l.level),
+                ));
+            }
+            Err(e) => {
+                tracing::error!(path = %l.path.display(), error = %e, "cannot register stats socket")
+            }
+        }
+    }
+    tasks
+}
+
+async fn accept_loop(ctx: Arc<Ctx>, listener: UnixListener, level: CliLevel) {
+    let maxconn = ctx.state.config.global.stats_maxconn.max(1);
+    let slots = Arc::new(Semaphore::new(maxconn));
+    loop {
+        // Take a slot first: with `stats maxconn` clients connected, stop accepting.
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let ctx = ctx.clone();
+                let timeout = ctx.state.config.global.stats_timeout;
+                scheduler::spawn(Class::Bulk, "cli-conn", async move {
+                    let _permit = permit;
+                    serve_conn(&ctx, stream, Session::new(level, timeout)).await;
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "stats socket accept failed");
+                drop(permit);
+                tokio::time::sleep(ACCEPT_RETRY).await;
+            }
+        }
+    }
+}
+
+/// Read without waiting: `Some(n)` when bytes (or EOF, `n == 0`) were ready, `None` when
+/// the read would block.
+async fn try_read<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut [u8],
+) -> Option<std::io::Result<usize>> {
+    tokio::select! {
+        biased;
+        r = stream.read(buf) => Some(r),
+        _ = std::future::ready(()) => None,
+    }
+}
+
+/// Most bytes read and discarded while closing on an error (see [`drain_and_close`]).
+const CLOSE_DRAIN_MAX: usize = 256 * 1024;
+/// How long closing on an error waits for the client's pending bytes.
+const CLOSE_DRAIN_TIME: Duration = Duration::from_millis(200);
+
+/// Close after an error without losing the answer: closing a socket with unread input
+/// makes the kernel reset it, and the client may then never read our error text. So
+/// shut our side, then read and discard what the client still sends, within bounds.
+async fn drain_and_close<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, buf: &mut [u8]) {
+    let _ = stream.shutdown().await;
+    let drain = async {
+        let mut total = 0usize;
+        while total < CLOSE_DRAIN_MAX {
+            match stream.read(buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(CLOSE_DRAIN_TIME, drain).await;
+}
+
+/// Drive one CLI connection until it closes. Generic over the stream so tests can use
+/// socket pairs.
+pub async fn serve_conn<S>(ctx: &Ctx, mut stream: S, mut sess: Session)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut input = Input::new();
+    let mut out: Vec<u8> = Vec::with_capacity(frame::OUT_FLUSH);
+    let mut rbuf = vec![0u8; READ_CHUNK];
+    let mut eof = false;
+    let mut since_yield = 0usize;
+    loop {
+        // Run everything the input already holds.
+        loop {
+            let ev = match input.next_event(eof) {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break,
+                Err(e) => {
+                    // An overlong line or payload ends this connection only.
+                    out.extend_from_slice(format!("{e}\n\n").as_bytes());
+                    if stream.write_all(&out).await.is_ok() {
+                        drain_and_close(&mut stream, &mut rbuf).await;
+                    }
+                    return;
+                }
+            };
+            match ev {
+                Event::PayloadMore => {
+                    if sess.interactive {
+                        out.extend_from_slice(frame::PAYLOAD_PROMPT);
+                    }
+                }
+                Event::Line(reqs) => {
+                    if reqs.is_empty() && sess.interactive {
+                        out.extend_from_slice(frame::PROMPT);
+                    }
+                    for req in reqs {
+                        let cmd = command::parse(&req);
+                        let answer = dispatch::dispatch(ctx, &mut sess, cmd);
+                        if sess.quit {
+                            // `quit` answers nothing, not even the empty line.
+                            let _ = stream.write_all(&out).await;
+                            return;
+                        }
+                        frame::push_answer(&mut out, answer.as_str(), sess.interactive);
+                        if out.len() >= frame::OUT_FLUSH {
+                            if stream.write_all(&out).await.is_err() {
+                                return;
+                            }
+                            out.clear();
+                        }
+                        since_yield += 1;
+                        if since_yield >= YIELD_EVERY {
+                            since_yield = 0;
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                    if !sess.interactive && !input.has_buffered() {
+                        let _ = stream.write_all(&out).await;
+                        let _ = stream.shutdown().await;
+                        return;
+                    }
+                }
+            }
+        }
+        if eof {
+            let _ = stream.write_all(&out).await;
+            return;
+        }
+        // The batch is exhausted. Extend it with whatever already arrived; flush only
+        // when nothing more is ready.
+        if !out.is_empty() {
+            match try_read(&mut stream, &mut rbuf).await {
+                Some(Ok(0)) => {
+                    eof = true;
+                    continue;
+                }
+                Some(Ok(n)) => {
+                    input.push(&rbuf[..n]);
+                    continue;
+                }
+                Some(Err(_)) => return,
+                None => {
+                    if stream.write_all(&out).await.is_err() {
+                        return;
+                    }
+                    out.clear();
+                }
+            }
+        }
+        match tokio::time::timeout(sess.timeout, stream.read(&mut rbuf)).await {
+            Err(_) => return, // idle timeout
+            Ok(Err(_)) => return,
+            Ok(Ok(0)) => eof = true,
+            Ok(Ok(n)) => input.push(&rbuf[..n]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,961 @@
+//! CLI output formats: `show info`, `show stat` (HAProxy 2.6 CSV), `help`, the
+//! unknown-command answer.
+//!
+//! Owns the exact text that HAProxy tools parse: field names, column order (the 128
+//! `show stat` columns of HAProxy 2.6, header included byte for byte), which columns a
+//! FRONTEND / server / BACKEND row leaves empty. Reads runtime state, never changes it
+//! (changes belong to `dispatch`). Every body returned here ends with `\n` or is empty;
+//! the framing adds the answer's terminating empty line.
+
+use std::fmt::{Display, Write as _};
+use std::time::UNIX_EPOCH;
+
+use crate::config::{Backend, Balance, CliLevel, Frontend};
+use crate::daemon::Phase;
+
+use super::command::{HelpEntry, InfoFormat, HELP};
+use super::Ctx;
+
+/// The `show stat` columns of HAProxy 2.6, in order (index = column number).
+pub const STAT_FIELDS: [&str; 128] = [
+    "pxname",
+    "svname",
+    "qcur",
+    "qmax",
+    "scur",
+    "smax",
+    "slim",
+    "stot",
+    "bin",
+    "bout",
+    "dreq",
+    "dresp",
+    "ereq",
+    "econ",
+    "eresp",
+    "wretr",
+    "wredis",
+    "status",
+    "weight",
+    "act",
+    "bck",
+    "chkfail",
+    "chkdown",
+    "lastchg",
+    "downtime",
+    "qlimit",
+    "pid",
+    "iid",
+    "sid",
+    "throttle",
+    "lbtot",
+    "tracked",
+    "type",
+    "rate",
+    "rate_lim",
+    "rate_max",
+    "check_status",
+    "check_code",
+    "check_duration",
+    "hrsp_1xx",
+    "hrsp_2xx",
+    "hrsp_3xx",
+    "hrsp_4xx",
+    "hrsp_5xx",
+    "hrsp_other",
+    "hanafail",
+    "req_rate",
+    "req_rate_max",
+    "req_tot",
+    "cli_abrt",
+    "srv_abrt",
+    "comp_in",
+    "comp_out",
+    "comp_byp",
+    "comp_rsp",
+    "lastsess",
+    "last_chk",
+    "last_agt",
+    "qtime",
+    "ctime",
+    "rtime",
+    "ttime",
+    "agent_status",
+    "agent_code",
+    "agent_duration",
+    "check_desc",
+    "agent_desc",
+    "check_rise",
+    "check_fall",
+    "check_health",
+    "agent_rise",
+    "agent_fall",
+    "agent_health",
+    "addr",
+    "cookie",
+    "mode",
+    "algo",
+    "conn_rate",
+    "conn_rate_max",
+    "conn_tot",
+    "intercepted",
+    "dcon",
+    "dses",
+    "wrew",
+    "connect",
+    "reuse",
+    "cache_lookups",
+    "cache_hits",
+    "srv_icur",
+    "src_ilim",
+    "qtime_max",
+    "ctime_max",
+    "rtime_max",
+    "ttime_max",
+    "eint",
+    "idle_conn_cur",
+    "safe_conn_cur",
+    "used_conn_cur",
+    "need_conn_est",
+    "uweight",
+    "agg_server_status",
+    "agg_server_check_status",
+    "agg_check_status",
+    "-",
+    "ssl_sess",
+    "ssl_reused_sess",
+    "ssl_failed_handshake",
+    "h2_headers_rcvd",
+    "h2_data_rcvd",
+    "h2_settings_rcvd",
+    "h2_rst_stream_rcvd",
+    "h2_goaway_rcvd",
+    "h2_detected_conn_protocol_errors",
+    "h2_detected_strm_protocol_errors",
+    "h2_rst_stream_resp",
+    "h2_goaway_resp",
+    "h2_open_connections",
+    "h2_backend_open_streams",
+    "h2_total_connections",
+    "h2_backend_total_streams",
+    "h1_open_connections",
+    "h1_open_streams",
+    "h1_total_connections",
+    "h1_total_streams",
+    "h1_bytes_in",
+    "h1_bytes_out",
+    "h1_spliced_bytes_in",
+    "h1_spliced_bytes_out",
+];
+
+/// Column numbers used by name below.
+mod col {
+    pub const PXNAME: usize = 0;
+    pub const SVNAME: usize = 1;
+    pub const QCUR: usize = 2;
+    pub const QMAX: usize = 3;
+    pub const SCUR: usize = 4;
+    pub const SMAX: usize = 5;
+    pub const SLIM: usize = 6;
+    pub const STOT: usize = 7;
+    pub const BIN: usize = 8;
+    pub const BOUT: usize = 9;
+    pub const ECON: usize = 13;
+    pub const ERESP: usize = 14;
+    pub const WRETR: usize = 15;
+    pub const WREDIS: usize = 16;
+    pub const STATUS: usize = 17;
+    pub const WEIGHT: usize = 18;
+    pub const ACT: usize = 19;
+    pub const BCK: usize = 20;
+    pub const CHKFAIL: usize = 21;
+    pub const CHKDOWN: usize = 22;
+    pub const LASTCHG: usize = 23;
+    pub const DOWNTIME: usize = 24;
+    pub const PID: usize = 26;
+    pub const IID: usize = 27;
+    pub const SID: usize = 28;
+    pub const LBTOT: usize = 30;
+    pub const TYPE: usize = 32;
+    pub const RATE: usize = 33;
+    pub const RATE_LIM: usize = 34;
+    pub const RATE_MAX: usize = 35;
+    pub const CHECK_STATUS: usize = 36;
+    pub const CHECK_DURATION: usize = 38;
+    pub const CLI_ABRT: usize = 49;
+    pub const SRV_ABRT: usize = 50;
+    pub const LASTSESS: usize = 55;
+    pub const CHECK_DESC: usize = 65;
+    pub const CHECK_RISE: usize = 67;
+    pub const CHECK_FALL: usize = 68;
+    pub const CHECK_HEALTH: usize = 69;
+    pub const ADDR: usize = 73;
+    pub const MODE: usize = 75;
+    pub const ALGO: usize = 76;
+    pub const CONN_RATE: usize = 77;
+    pub const CONN_RATE_MAX: usize = 78;
+    pub const CONN_TOT: usize = 79;
+    pub const DCON: usize = 81;
+    pub const CONNECT: usize = 84;
+    pub const USED_CONN_CUR: usize = 97;
+    pub const NEED_CONN_EST: usize = 98;
+    pub const UWEIGHT: usize = 99;
+    pub const DASH: usize = 103;
+}
+
+/// Columns a FRONTEND row shows as `0` when shunt has nothing to count there.
+const FE_ZERO: &[usize] = &[10, 11, 12, 46, 47, 48, 51, 52, 53, 54, 82, 83, 94];
+/// Columns a server row shows as `0` when shunt has nothing to count there.
+const SV_ZERO: &[usize] = &[
+    11, 58, 59, 60, 61, 83, 85, 88, 90, 91, 92, 93, 94, 95, 96, 104, 105, 106,
+];
+/// Columns a BACKEND row shows as `0` when shunt has nothing to count there.
+const BE_ZERO: &[usize] = &[
+    10, 11, 22, 24, 51, 52, 53, 54, 58, 59, 60, 61, 83, 85, 90, 91, 92, 93, 94, 100, 101, 102,
+];
+/// The HTTP/2, HTTP/1 and SSL module columns that proxies (not servers) show as `0`.
+const PX_MODULE_ZERO: std::ops::RangeInclusive<usize> = 104..=127;
+
+/// `stot` type of each row, HAProxy's `type` column.
+const TYPE_FRONTEND: u32 = 0;
+const TYPE_BACKEND: u32 = 1;
+const TYPE_SERVER: u32 = 2;
+
+/// `show stat` type-filter bits.
+pub const STAT_TYPE_FE: i64 = 1;
+pub const STAT_TYPE_BE: i64 = 2;
+pub const STAT_TYPE_SV: i64 = 4;
+
+/// The `show stat` header line, `\n` included.
+pub fn stat_header() -> String {
+    let mut s = String::with_capacity(1500);
+    s.push_str("# ");
+    for f in STAT_FIELDS {
+        s.push_str(f);
+        s.push(',');
+    }
+    s.push('\n');
+    s
+}
+
+/// One CSV row under construction: every column empty until set.
+struct Row(Vec<String>);
+
+impl Row {
+    fn new() -> Self {
+        Row(vec![String::new(); STAT_FIELDS.len()])
+    }
+
+    fn set(&mut self, i: usize, v: impl Display) {
+        self.0[i] = v.to_string();
+    }
+
+    fn zeros(&mut self, cols: impl IntoIterator<Item = usize>) {
+        for i in cols {
+            self.0[i] = "0".to_string();
+        }
+    }
+
+    fn write_to(&self, out: &mut String) {
+        for f in &self.0 {
+            out.push_str(f);
+            out.push(',');
+        }
+        out.push('\n');
+    }
+}
+
+/// A proxy as `show stat` lists it: a frontend, a backend, or both (a `listen`).
+#[derive(Debug, Clone, Copy)]
+pub struct ProxyRef {
+    pub id: u32,
+    pub frontend: Option<usize>,
+    pub backend: Option<usize>,
+}
+
+/// Every proxy, ordered by id (HAProxy's dump order); a frontend and a backend with the
+/// same name and id are one proxy.
+pub fn proxies(ctx: &Ctx) -> Vec<ProxyRef> {
+    let cfg = &ctx.state.config;
+    let mut list: Vec<ProxyRef> = cfg
+        .frontends
+        .iter()
+        .enumerate()
+        .map(|(i, fe)| ProxyRef {
+            id: fe.id,
+            frontend: Some(i),
+            backend: None,
+        })
+        .collect();
+    for (bi, be) in cfg.backends.iter().enumerate() {
+        let twin = list.iter_mut().find(|p| {
+            p.backend.is_none()
+                && p.frontend
+                    .is_some_and(|fi| cfg.frontends[fi].name == be.name && p.id == be.id)
+        });
+        match twin {
+            Some(p) => p.backend = Some(bi),
+            None => list.push(ProxyRef {
+                id: be.id,
+                frontend: None,
+                backend: Some(bi),
+            }),
+        }
+    }
+    list.sort_by_key(|p| p.id);
+    list
+}
+
+/// Name of a proxy.
+pub fn proxy_name<'a>(ctx: &'a Ctx, p: &ProxyRef) -> &'a str {
+    let cfg = &ctx.state.config;
+    match (p.frontend, p.backend) {
+        (Some(fi), _) => &cfg.frontends[fi].name,
+        (None, Some(bi)) => &cfg.backends[bi].name,
+        (None, None) => "",
+    }
+}
+
+/// Resolved `show stat` filter: `iid` None = all proxies.
+#[derive(Debug, Clone, Copy)]
+pub struct StatFilter {
+    pub iid: Option<u32>,
+    pub types: i64,
+    pub sid: i64,
+}
+
+impl StatFilter {
+    pub const ALL: StatFilter = StatFilter {
+        iid: None,
+        types: -1,
+        sid: -1,
+    };
+}
+
+/// `show stat` in HAProxy 2.6's CSV: header, then per proxy its FRONTEND row, its
+/// servers, its BACKEND row.
+pub fn show_stat(ctx: &Ctx, filter: StatFilter) -> String {
+    let mut out = stat_header();
+    let uptime = ctx.uptime_secs();
+    for p in proxies(ctx) {
+        if filter.iid.is_some_and(|id| id != p.id) {
+            continue;
+        }
+        if let Some(fi) = p.frontend {
+            if filter.types & STAT_TYPE_FE != 0 {
+                frontend_row(ctx, fi, &ctx.state.config.frontends[fi]).write_to(&mut out);
+            }
+        }
+        if let Some(bi) = p.backend {
+            let be = &ctx.state.config.backends[bi];
+            if filter.types & STAT_TYPE_SV != 0 {
+                for si in 0..be.servers.len() {
+                    if filter.sid != -1 && i64::from(be.servers[si].id) != filter.sid {
+                        continue;
+                    }
+                    server_row(ctx, bi, si, uptime).write_to(&mut out);
+                }
+            }
+            if filter.types & STAT_TYPE_BE != 0 {
+                backend_row(ctx, bi, be, uptime).write_to(&mut out);
+            }
+        }
+    }
+    out
+}
+
+fn frontend_slim(ctx: &Ctx, fe: &Frontend) -> usize {
+    if fe.maxconn > 0 {
+        fe.maxconn
+    } else {
+        ctx.state.config.global.maxconn
+    }
+}
+
+fn frontend_row(ctx: &Ctx, fi: usize, fe: &Frontend) -> Row {
+    let s = ctx.state.stats.frontends[fi].snapshot();
+    let stopping = *ctx.state.phase.borrow() != Phase::Running;
+    let mut r = Row::new();
+    r.zeros(FE_ZERO.iter().copied());
+    r.zeros(PX_MODULE_ZERO);
+    r.set(col::PXNAME, &fe.name);
+    r.set(col::SVNAME, "FRONTEND");
+    r.set(col::SCUR, s.scur);
+    r.set(col::SMAX, s.smax);
+    r.set(col::SLIM, frontend_slim(ctx, fe));
+    r.set(col::STOT, s.stot);
+    r.set(col::BIN, s.bin);
+    r.set(col::BOUT, s.bout);
+    r.set(col::STATUS, if stopping { "STOP" } else { "OPEN" });
+    r.set(col::PID, 1);
+    r.set(col::IID, fe.id);
+    r.set(col::SID, 0);
+    r.set(col::TYPE, TYPE_FRONTEND);
+    r.set(col::RATE, 0);
+    r.set(col::RATE_LIM, 0);
+    r.set(col::RATE_MAX, 0);
+    r.set(col::MODE, "tcp");
+    r.set(col::CONN_RATE, 0);
+    r.set(col::CONN_RATE_MAX, 0);
+    r.set(col::CONN_TOT, s.stot);
+    r.set(col::DCON, s.dcon);
+    r.set(col::DASH, "-");
+    r
+}
+
+/// HAProxy's server status word.
+fn server_status(ctx: &Ctx, bi: usize, si: usize) -> &'static str {
+    let rt = &ctx.state.backends[bi].servers[si];
+    let checked = ctx.state.config.backends[bi].servers[si].check.enabled;
+    if rt.is_maint() {
+        "MAINT"
+    } else if !rt.is_up() {
+        "DOWN"
+    } else if checked {
+        "UP"
+    } else {
+        "no check"
+    }
+}
+
+fn server_row(ctx: &Ctx, bi: usize, si: usize, uptime: u64) -> Row {
+    let be = &ctx.state.config.backends[bi];
+    let cfg = &be.servers[si];
+    let rt = &ctx.state.backends[bi].servers[si];
+    let s = ctx.state.stats.servers[bi][si].snapshot();
+    let mut r = Row::new();
+    r.zeros(SV_ZERO.iter().copied());
+    r.set(col::PXNAME, &be.name);
+    r.set(col::SVNAME, &cfg.name);
+    r.set(col::QCUR, rt.queue_cur());
+    r.set(col::QMAX, rt.queue_max());
+    r.set(col::SCUR, s.scur);
+    r.set(col::SMAX, s.smax);
+    if cfg.maxconn > 0 {
+        r.set(col::SLIM, cfg.maxconn);
+    }
+    r.set(col::STOT, s.stot);
+    r.set(col::BIN, s.bin);
+    r.set(col::BOUT, s.bout);
+    r.set(col::ECON, s.econ);
+    r.set(col::ERESP, s.eresp);
+    r.set(col::WRETR, s.wretr);
+    r.set(col::WREDIS, s.wredis);
+    r.set(col::STATUS, server_status(ctx, bi, si));
+    r.set(col::WEIGHT, rt.weight());
+    r.set(col::ACT, u32::from(!cfg.backup));
+    r.set(col::BCK, u32::from(cfg.backup));
+    r.set(col::LASTCHG, uptime);
+    r.set(col::PID, 1);
+    r.set(col::IID, be.id);
+    r.set(col::SID, cfg.id);
+    r.set(col::LBTOT, rt.selected());
+    r.set(col::TYPE, TYPE_SERVER);
+    r.set(col::RATE, 0);
+    r.set(col::RATE_MAX, 0);
+    r.set(col::CLI_ABRT, s.cli_abrt);
+    r.set(col::SRV_ABRT, s.srv_abrt);
+    r.set(col::LASTSESS, if s.stot == 0 { -1 } else { 0 });
+    r.set(col::ADDR, cfg.addr);
+    r.set(col::MODE, "tcp");
+    r.set(col::CONNECT, s.stot);
+    r.set(col::USED_CONN_CUR, s.scur);
+    r.set(col::NEED_CONN_EST, 0);
+    r.set(col::UWEIGHT, rt.weight());
+    r.set(col::DASH, "-");
+    if cfg.check.enabled {
+        // Health checks fill these for real once the checks issue lands; until then
+        // the reported state is the runtime up/down flag.
+        let rise = cfg.check.rise.unwrap_or(DEFAULT_RISE);
+        let fall = cfg.check.fall.unwrap_or(DEFAULT_FALL);
+        let up = rt.is_up();
+        r.zeros([
+            col::CHKFAIL,
+            col::CHKDOWN,
+            col::DOWNTIME,
+            col::CHECK_DURATION,
+        ]);
+        r.set(col::CHECK_STATUS, if up { "L4OK" } else { "L4CON" });
+        r.set(
+            col::CHECK_DESC,
+            if up {
+                "Layer4 check passed"
+            } else {
+                "Layer4 connection problem"
+            },
+        );
+        r.set(col::CHECK_RISE, rise);
+        r.set(col::CHECK_FALL, fall);
+        r.set(col::CHECK_HEALTH, if up { rise + fall - 1 } else { 0 });
+    }
+    r
+}
+
+/// HAProxy's default `rise` and `fall`.
+const DEFAULT_RISE: u32 = 2;
+const DEFAULT_FALL: u32 = 3;
+
+fn algo_name(b: Balance) -> &'static str {
+    match b {
+        Balance::RoundRobin => "roundrobin",
+        Balance::StaticRr => "static-rr",
+        Balance::LeastConn => "leastconn",
+        Balance::First => "first",
+        Balance::Source => "source",
+        Balance::Random => "random",
+    }
+}
+
+/// Backend `slim`: its maxconn, else HAProxy's default fullconn (a tenth of the sum of
+/// the maxconn of the frontends that route to it, rounded up).
+fn backend_slim(ctx: &Ctx, bi: usize, be: &Backend) -> usize {
+    if be.maxconn > 0 {
+        return be.maxconn;
+    }
+    let sum: usize = ctx
+        .state
+        .config
+        .frontends
+        .iter()
+        .filter(|fe| fe.default_backend == Some(bi) || fe.use_backends.contains(&bi))
+        .map(|fe| frontend_slim(ctx, fe))
+        .sum();
+    sum.div_ceil(10)
+}
+
+fn backend_row(ctx: &Ctx, bi: usize, be: &Backend, uptime: u64) -> Row {
+    let rt = &ctx.state.backends[bi];
+    let s = ctx.state.stats.backends[bi].snapshot();
+    let (mut act, mut bck, mut w_act, mut w_bck) = (0u32, 0u32, 0u32, 0u32);
+    let mut lbtot = 0u64;
+    for (si, srv) in rt.servers.iter().enumerate() {
+        lbtot += srv.selected();
+        if srv.is_maint() || !srv.is_up() {
+            continue;
+        }
+        if be.servers[si].backup {
+            bck += 1;
+            w_bck += srv.weight();
+        } else {
+            act += 1;
+            w_act += srv.weight();
+        }
+    }
+    // HAProxy's backend weight counts the active servers, or the backups when none is up.
+    let weight = if act > 0 { w_act } else { w_bck };
+    let mut r = Row::new();
+    r.zeros(BE_ZERO.iter().copied());
+    r.zeros(PX_MODULE_ZERO);
+    r.set(col::PXNAME, &be.name);
+    r.set(col::SVNAME, "BACKEND");
+    r.set(col::QCUR, rt.queue_cur());
+    r.set(col::QMAX, rt.queue_max());
+    r.set(col::SCUR, s.scur);
+    r.set(col::SMAX, s.smax);
+    r.set(col::SLIM, backend_slim(ctx, bi, be));
+    r.set(col::STOT, s.stot);
+    r.set(col::BIN, s.bin);
+    r.set(col::BOUT, s.bout);
+    r.set(col::ECON, s.econ);
+    r.set(col::ERESP, s.eresp);
+    r.set(col::WRETR, s.wretr);
+    r.set(col::WREDIS, s.wredis);
+    r.set(col::STATUS, if act + bck > 0 { "UP" } else { "DOWN" });
+    r.set(col::WEIGHT, weight);
+    r.set(col::ACT, act);
+    r.set(col::BCK, bck);
+    r.set(col::LASTCHG, uptime);
+    r.set(col::PID, 1);
+    r.set(col::IID, be.id);
+    r.set(col::SID, 0);
+    r.set(col::LBTOT, lbtot);
+    r.set(col::TYPE, TYPE_BACKEND);
+    r.set(col::RATE, 0);
+    r.set(col::RATE_MAX, 0);
+    r.set(col::CLI_ABRT, s.cli_abrt);
+    r.set(col::SRV_ABRT, s.srv_abrt);
+    r.set(col::LASTSESS, if s.stot == 0 { -1 } else { 0 });
+    r.set(col::MODE, "tcp");
+    r.set(col::ALGO, algo_name(be.balance));
+    r.set(col::CONNECT, s.stot);
+    r.set(col::UWEIGHT, weight);
+    r.set(col::DASH, "-");
+    r
+}
+
+/// One `show info` field: HAProxy's position, name, tags and type, and the value.
+struct InfoField {
+    pos: u32,
+    name: &'static str,
+    tags: &'static str,
+    ty: &'static str,
+    value: String,
+}
+
+/// `Nd Nh NNmNNs`, as HAProxy prints `Uptime`.
+pub fn format_uptime(secs: u64) -> String {
+    let (d, rem) = (secs / 86_400, secs % 86_400);
+    format!(
+        "{}d {}h{:02}m{:02}s",
+        d,
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// The soft `RLIMIT_NOFILE`, read from procfs (0 when unknown).
+fn nofile_limit() -> u64 {
+    let Ok(limits) = std::fs::read_to_string("/proc/self/limits") else {
+        return 0;
+    };
+    limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
+    let st = &ctx.state;
+    let cfg = &st.config;
+    let uptime = ctx.uptime_secs();
+    let start = ctx
+        .started
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let conns = st.conns.load(std::sync::atomic::Ordering::Relaxed);
+    let fe: Vec<_> = st.stats.frontends.iter().map(|c| c.snapshot()).collect();
+    let cum_conns: u64 = fe.iter().map(|s| s.stot).sum();
+    let bytes_out: u64 = fe.iter().map(|s| s.bout).sum();
+    let listeners =
+        cfg.frontends.iter().map(|f| f.binds.len()).sum::<usize>() + cfg.global.stats_sockets.len();
+    let stopping = *st.phase.borrow() != Phase::Running;
+    let nofile = nofile_limit();
+    let version = env!("CARGO_PKG_VERSION");
+    let fields: Vec<(u32, &str, &str, &str, String)> = vec![
+        (0, "Name", "POS", "str", ctx.name.clone()),
+        (1, "Version", "POS", "str", version.to_string()),
+        (2, "Release_date", "POS", "str", RELEASE_DATE.to_string()),
+        (3, "Nbthread", "CGS", "u32", st.nbthread.to_string()),
+        (4, "Nbproc", "CGS", "u32", "1".into()),
+        (5, "Process_num", "KGP", "u32", "1".into()),
+        (6, "Pid", "SGP", "u32", std::process::id().to_string()),
+        (7, "Uptime", "MDP", "str", format_uptime(uptime)),
+        (8, "Uptime_sec", "MDP", "u32", uptime.to_string()),
+        (9, "Memmax_MB", "CLP", "u32", "0".into()),
+        (10, "PoolAlloc_MB", "MGP", "u32", "0".into()),
+        (11, "PoolUsed_MB", "MGP", "u32", "0".into()),
+        (12, "PoolFailed", "MCP", "u32", "0".into()),
+        (13, "Ulimit-n", "CLP", "u32", nofile.to_string()),
+        (14, "Maxsock", "CLP", "u32", nofile.to_string()),
+        (15, "Maxconn", "CLP", "u32", cfg.global.maxconn.to_string()),
+        (
+            16,
+            "Hard_maxconn",
+            "CLP",
+            "u32",
+            cfg.global.maxconn.to_string(),
+        ),
+        (17, "CurrConns", "MGP", "u32", conns.to_string()),
+        (18, "CumConns", "MCP", "u32", cum_conns.to_string()),
+        (19, "CumReq", "MCP", "u32", "0".into()),
+        (20, "MaxSslConns", "MMP", "u32", "0".into()),
+        (21, "CurrSslConns", "MGP", "u32", "0".into()),
+        (22, "CumSslConns", "MCP", "u32", "0".into()),
+        (
+            23,
+            "Maxpipes",
+            "CLP",
+            "u32",
+            cfg.global.maxpipes.to_string(),
+        ),
+        (
+            24,
+            "PipesUsed",
+            "MGP",
+            "u32",
+            crate::handoff::pipes_in_use().to_string(),
+        ),
+        (
+            25,
+            "PipesFree",
+            "MGP",
+            "u32",
+            crate::handoff::pipes_free().to_string(),
+        ),
+        (26, "ConnRate", "MRP", "u32", "0".into()),
+        (27, "ConnRateLimit", "CLP", "u32", "0".into()),
+        (28, "MaxConnRate", "MMP", "u32", "0".into()),
+        (29, "SessRate", "MRP", "u32", "0".into()),
+        (30, "SessRateLimit", "CLP", "u32", "0".into()),
+        (31, "MaxSessRate", "MRP", "u32", "0".into()),
+        (32, "SslRate", "MRP", "u32", "0".into()),
+        (33, "SslRateLimit", "CLP", "u32", "0".into()),
+        (34, "MaxSslRate", "MMP", "u32", "0".into()),
+        (35, "SslFrontendKeyRate", "MGP", "u32", "0".into()),
+        (36, "SslFrontendMaxKeyRate", "MMP", "u32", "0".into()),
+        (37, "SslFrontendSessionReuse_pct", "MGP", "u32", "0".into()),
+        (38, "SslBackendKeyRate", "MRP", "u32", "0".into()),
+        (39, "SslBackendMaxKeyRate", "MMP", "u32", "0".into()),
+        (40, "SslCacheLookups", "MCP", "u32", "0".into()),
+        (41, "SslCacheMisses", "MCP", "u32", "0".into()),
+        (42, "CompressBpsIn", "MRP", "u32", "0".into()),
+        (43, "CompressBpsOut", "MRP", "u32", "0".into()),
+        (44, "CompressBpsRateLim", "CLP", "u32", "0".into()),
+        // The scheduler issue provides Tasks / Run_queue / Idle_pct.
+        (47, "Tasks", "MGP", "u32", "0".into()),
+        (48, "Run_queue", "MGP", "u32", "0".into()),
+        (49, "Idle_pct", "MaP", "u32", "100".into()),
+        (50, "node", "COS", "str", ctx.node.clone()),
+        (
+            52,
+            "Stopping",
+            "MGP",
+            "u32",
+            u32::from(stopping).to_string(),
+        ),
+        (53, "Jobs", "MGP", "u32", (conns + listeners).to_string()),
+        (54, "Unstoppable Jobs", "MGP", "u32", "0".into()),
+        (55, "Listeners", "MGP", "u32", listeners.to_string()),
+        (56, "ActivePeers", "MGP", "u32", "0".into()),
+        (57, "ConnectedPeers", "MGP", "u32", "0".into()),
+        (58, "DroppedLogs", "MGP", "u32", "0".into()),
+        (59, "BusyPolling", "MGP", "u32", "0".into()),
+        (60, "FailedResolutions", "MGP", "u32", "0".into()),
+        (61, "TotalBytesOut", "MGP", "u64", bytes_out.to_string()),
+        (62, "TotalSplicdedBytesOut", "MGP", "u64", "0".into()),
+        (63, "BytesOutRate", "MRP", "u64", "0".into()),
+        (64, "DebugCommandsIssued", "MGP", "u32", "0".into()),
+        (65, "CumRecvLogs", "MCP", "u32", "0".into()),
+        (66, "Build info", "POS", "str", version.to_string()),
+        (67, "Memmax_bytes", "CLP", "u32", "0".into()),
+        (68, "PoolAlloc_bytes", "MGP", "u64", "0".into()),
+        (69, "PoolUsed_bytes", "MGP", "u64", "0".into()),
+        (70, "Start_time_sec", "MDP", "u32", start.to_string()),
+        (71, "Tainted", "SGP", "str", "0".into()),
+    ];
+    let mut v: Vec<InfoField> = fields
+        .into_iter()
+        .map(|(pos, name, tags, ty, value)| InfoField {
+            pos,
+            name,
+            tags,
+            ty,
+            value,
+        })
+        .collect();
+    // shunt's own fields come after HAProxy's.
+    v.push(InfoField {
+        pos: 72,
+        name: "Forward_mode",
+        tags: "CGS",
+        ty: "str",
+        value: forward_mode_name(st.forward_mode).to_string(),
+    });
+    v
+}
+
+/// Release date printed by `show info` (`Release_date`), updated with each release.
+pub const RELEASE_DATE: &str = "2025/01/01";
+
+fn forward_mode_name(m: crate::config::ForwardMode) -> &'static str {
+    use crate::config::ForwardMode;
+    match m {
+        ForwardMode::Auto => "auto",
+        ForwardMode::Sockmap => "sockmap",
+        ForwardMode::Splice => "splice",
+        ForwardMode::Copy => "copy",
+    }
+}
+
+/// `show info` as `Key: value` lines, or typed lines.
+pub fn show_info(ctx: &Ctx, fmt: InfoFormat) -> String {
+    let mut out = String::with_capacity(1600);
+    for f in info_fields(ctx) {
+        // Writing into a String cannot fail.
+        let _ = match fmt {
+            InfoFormat::Plain => writeln!(out, "{}: {}", f.name, f.value),
+            InfoFormat::Typed => writeln!(
+                out,
+                "{}.{}.1:{}:{}:{}",
+                f.pos, f.name, f.tags, f.ty, f.value
+            ),
+        };
+    }
+    out
+}
+
+/// Width of the syntax column in `help` listings.
+const HELP_SYNTAX_WIDTH: usize = 40;
+
+fn help_line(out: &mut String, e: &HelpEntry) {
+    let _ = writeln!(
+        out,
+        "  {:<width$}: {}",
+        e.syntax,
+        e.desc,
+        width = HELP_SYNTAX_WIDTH
+    );
+}
+
+/// `help [WORDS]`: every command, or those whose keywords start with WORDS.
+pub fn help(words: &[String]) -> String {
+    let matching: Vec<&HelpEntry> = HELP
+        .iter()
+        .filter(|e| words.iter().zip(e.keywords.iter()).all(|(w, k)| w == k))
+        .collect();
+    let list = if matching.is_empty() {
+        HELP.iter().collect()
+    } else {
+        matching
+    };
+    let mut out = String::from("The following commands are valid at this level:\n");
+    for e in list {
+        help_line(&mut out, e);
+    }
+    out
+}
+
+/// How many close matches an unknown command is answered with (HAProxy's CLI_MAX_MATCHES).
+const MAX_MATCHES: usize = 5;
+
+/// Bigram fingerprint of a word list: counts of each (previous byte, byte) pair, with
+/// word starts and ends marked, over a 32-symbol alphabet.
+fn fingerprint(words: &[&str]) -> Vec<i32> {
+    fn sym(b: u8) -> usize {
+        match b {
+            b'a'..=b'z' => usize::from(b - b'a') + 1,
+            b'A'..=b'Z' => usize::from(b - b'A') + 1,
+            0 => 0,
+            _ => 27 + usize::from(b % 5),
+        }
+    }
+    let mut fp = vec![0i32; 32 * 32];
+    for w in words {
+        let mut prev = 0u8;
+        for b in w.bytes().chain(std::iter::once(0)) {
+            fp[sym(prev) * 32 + sym(b)] += 1;
+            prev = b;
+        }
+    }
+    fp
+}
+
+fn fp_distance(a: &[i32], b: &[i32]) -> i32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).sum()
+}
+
+/// The answer to an unknown command: the closest commands, then `help`, `prompt`, `quit`,
+/// in table order — HAProxy's "better match" listing.
+pub fn unknown(words: &[String]) -> String {
+    const ALWAYS: [&str; 3] = ["help", "prompt", "quit"];
+    let typed: Vec<&str> = words.iter().map(String::as_str).collect();
+    let fp = fingerprint(&typed);
+    let mut scored: Vec<(i32, usize)> = HELP
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| !ALWAYS.contains(&e.keywords[0]))
+        .map(|(i, e)| {
+            let n = e.keywords.len().min(typed.len().max(1));
+            (fp_distance(&fp, &fingerprint(&e.keywords[..n])), i)
+        })
+        .collect();
+    scored.sort();
+    let mut chosen: Vec<usize> = scored.iter().take(MAX_MATCHES).map(|&(_, i)| i).collect();
+    chosen.extend(
+        HELP.iter()
+            .enumerate()
+            .filter(|(_, e)| ALWAYS.contains(&e.keywords[0]))
+            .map(|(i, _)| i),
+    );
+    chosen.sort_unstable();
+    let mut out =
+        String::from("Unknown command, but maybe one of the following ones is a better match:\n");
+    for i in chosen {
+        help_line(&mut out, &HELP[i]);
+    }
+    out
+}
+
+/// `show cli level`.
+pub fn level_name(l: CliLevel) -> &'static str {
+    match l {
+        CliLevel::User => "user",
+        CliLevel::Operator => "operator",
+        CliLevel::Admin => "admin",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The header of `show stat` in shared/reference/haproxy-2.6-cli/02-show-stat-full.txt.
+    const REFERENCE_HEADER: &str = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,status,weight,act,bck,chkfail,chkdown,lastchg,downtime,qlimit,pid,iid,sid,throttle,lbtot,tracked,type,rate,rate_lim,rate_max,check_status,check_code,check_duration,hrsp_1xx,hrsp_2xx,hrsp_3xx,hrsp_4xx,hrsp_5xx,hrsp_other,hanafail,req_rate,req_rate_max,req_tot,cli_abrt,srv_abrt,comp_in,comp_out,comp_byp,comp_rsp,lastsess,last_chk,last_agt,qtime,ctime,rtime,ttime,agent_status,agent_code,agent_duration,check_desc,agent_desc,check_rise,check_fall,check_health,agent_rise,agent_fall,agent_health,addr,cookie,mode,algo,conn_rate,conn_rate_max,conn_tot,intercepted,dcon,dses,wrew,connect,reuse,cache_lookups,cache_hits,srv_icur,src_ilim,qtime_max,ctime_max,rtime_max,ttime_max,eint,idle_conn_cur,safe_conn_cur,used_conn_cur,need_conn_est,uweight,agg_server_status,agg_server_check_status,agg_check_status,-,ssl_sess,ssl_reused_sess,ssl_failed_handshake,h2_headers_rcvd,h2_data_rcvd,h2_settings_rcvd,h2_rst_stream_rcvd,h2_goaway_rcvd,h2_detected_conn_protocol_errors,h2_detected_strm_protocol_errors,h2_rst_stream_resp,h2_goaway_resp,h2_open_connections,h2_backend_open_streams,h2_total_connections,h2_backend_total_streams,h1_open_connections,h1_open_streams,h1_total_connections,h1_total_streams,h1_bytes_in,h1_bytes_out,h1_spliced_bytes_in,h1_spliced_bytes_out,\n";
+
+    #[test]
+    fn stat_header_is_haproxy_26_byte_for_byte() {
+        assert_eq!(stat_header(), REFERENCE_HEADER);
+    }
+
+    #[test]
+    fn stat_header_matches_the_shared_transcript_when_present() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/reference/haproxy-2.6-cli/02-show-stat-full.txt"
+        );
+        let alt = "/work/shared/reference/haproxy-2.6-cli/02-show-stat-full.txt";
+        let Some(text) = std::fs::read_to_string(path)
+            .ok()
+            .or_else(|| std::fs::read_to_string(alt).ok())
+        else {
+            eprintln!("SKIP: reference transcript not found at {alt}");
+            return;
+        };
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("# pxname"))
+            .expect("transcript has a header");
+        assert_eq!(stat_header(), format!("{line}\n"));
+    }
+
+    #[test]
+    fn columns_indices_match_names() {
+        assert_eq!(STAT_FIELDS[col::ADDR], "addr");
+        assert_eq!(STAT_FIELDS[col::UWEIGHT], "uweight");
+        assert_eq!(STAT_FIELDS[col::DASH], "-");
+        assert_eq!(STAT_FIELDS[col::LBTOT], "lbtot");
+        assert_eq!(STAT_FIELDS[col::DCON], "dcon");
+        assert_eq!(STAT_FIELDS[col::CHECK_HEALTH], "check_health");
+        assert_eq!(STAT_FIELDS[col::ALGO], "algo");
+        assert_eq!(STAT_FIELDS[col::CONNECT], "connect");
+        assert_eq!(STAT_FIELDS[col::NEED_CONN_EST], "need_conn_est");
+    }
+
+    #[test]
+    fn uptime_format() {
+        assert_eq!(format_uptime(6), "0d 0h00m06s");
+        assert_eq!(format_uptime(90_061), "1d 1h01m01s");
+    }
+
+    #[test]
+    fn help_lines_are_haproxy_shaped() {
+        let h = help(&[]);
+        assert!(h.starts_with("The following commands are valid at this level:\n"));
+        assert!(h.contains(
+            "  help [<command>]                        : list matching or all commands\n"
+        ));
+        assert!(h.ends_with("  quit                                    : disconnect\n"));
+        let u = unknown(&["admin".to_string()]);
+        assert!(u.starts_with(
+            "Unknown command, but maybe one of the following ones is a better match:\n"
+        ));
+        assert!(u.contains(
+            "  prompt                                  : toggle interactive mode with prompt\n"
+        ));
+        // `show stat` for a typo of it is among the proposals.
+        assert!(unknown(&["show".into(), "stats".into()]).contains("  show stat "));
+    }
+}
