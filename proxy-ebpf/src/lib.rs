@@ -1,1 +1,169 @@
+//! shunt's kernel side: one `sk_skb/stream_verdict` program over one SOCKHASH.
+//!
+//! Owns the map definitions (names, types, capacities all come from
+//! `proxy-common`) and the verdict. Invariants:
+//! - it never returns SK_DROP: every path that does not redirect returns
+//!   SK_PASS, so the bytes stay readable in the receiving socket and userspace
+//!   forwards them (fail open);
+//! - it redirects only when userspace marked the direction ready, not paused,
+//!   and acknowledged every byte passed so far (`FlowCtl` doc), so a
+//!   redirected byte never overtakes one userspace still has to forward;
+//! - it writes only the `FlowStats` entry of the socket it runs for and the
+//!   per-CPU counters; `FlowCtl` is read-only here.
+//!
+//! Built by `xtask/src/ebpf.rs` (nightly, bitcode, llvm-link/opt/llc), never
+//! by the stable workspace build.
 #![no_std]
+
+use aya_ebpf::{
+    bindings::{__sk_buff, sk_action::SK_PASS},
+    helpers::bpf_get_socket_cookie,
+    macros::{map, stream_verdict},
+    maps::{HashMap, PerCpuArray, SockHash},
+    programs::SkBuffContext,
+    EbpfContext as _,
+};
+use proxy_common::{
+    str_eq, FlowCtl, FlowStats, SockKey, COUNTERS_LEN, COUNTERS_NAME, CTR_NO_FLOW_CTL,
+    CTR_NO_FLOW_STATS, CTR_PASS_NOT_READY, CTR_PASS_PAUSED, CTR_PASS_UNACKED, CTR_REDIRECT_FAILED,
+    CTR_VERDICT_FAILED, FLOW_CAPACITY, FLOW_CTL_NAME, FLOW_MAP_FLAGS, FLOW_STATS_NAME,
+    SOCKHASH_CAPACITY, SOCKHASH_NAME,
+};
+
+// The `#[map]` attribute needs string literals; these checks make a drift
+// from the names in proxy-common a compile error instead of a load failure.
+const _: () = assert!(str_eq(SOCKHASH_NAME, "SHUNT_SOCKS"));
+const _: () = assert!(str_eq(FLOW_CTL_NAME, "SHUNT_FLOW_CTL"));
+const _: () = assert!(str_eq(FLOW_STATS_NAME, "SHUNT_FLOW_STAT"));
+const _: () = assert!(str_eq(COUNTERS_NAME, "SHUNT_COUNTERS"));
+
+/// `cookie(receiver) -> peer socket`.
+#[map(name = "SHUNT_SOCKS")]
+static SOCKS: SockHash<SockKey> = SockHash::with_max_entries(SOCKHASH_CAPACITY, 0);
+
+/// `cookie(receiver) -> FlowCtl`, written by userspace only.
+#[map(name = "SHUNT_FLOW_CTL")]
+static FLOW_CTL: HashMap<SockKey, FlowCtl> =
+    HashMap::with_max_entries(FLOW_CAPACITY, FLOW_MAP_FLAGS);
+
+/// `cookie(receiver) -> FlowStats`, written by this program only.
+#[map(name = "SHUNT_FLOW_STAT")]
+static FLOW_STATS: HashMap<SockKey, FlowStats> =
+    HashMap::with_max_entries(FLOW_CAPACITY, FLOW_MAP_FLAGS);
+
+/// Per-CPU failure and pass-reason counters, indices `CTR_*`.
+#[map(name = "SHUNT_COUNTERS")]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTERS_LEN, 0);
+
+/// GPL: `bpf_sk_redirect_hash` and friends are GPL-only helpers.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "license")]
+pub static LICENSE: [u8; 4] = *b"GPL\0";
+
+/// Why a segment was not redirected (the `Err` of [`try_verdict`]).
+enum Miss {
+    /// No control entry for this socket: count it and pass.
+    NoCtl,
+    /// Control but no counters entry: count it and pass.
+    NoStats,
+}
+
+/// Stream verdict: redirect to the peer stored under our own cookie, or pass.
+#[stream_verdict]
+pub fn shunt_verdict(ctx: SkBuffContext) -> u32 {
+    match try_verdict(&ctx) {
+        Ok(action) => action,
+        Err(Miss::NoCtl) => {
+            bump(CTR_NO_FLOW_CTL);
+            SK_PASS
+        }
+        Err(Miss::NoStats) => {
+            bump(CTR_NO_FLOW_STATS);
+            bump(CTR_VERDICT_FAILED);
+            SK_PASS
+        }
+    }
+}
+
+#[inline(always)]
+fn try_verdict(ctx: &SkBuffContext) -> Result<u32, Miss> {
+    let skb: *mut __sk_buff = ctx.as_ptr().cast();
+    // SAFETY: `skb` is the context pointer the kernel handed to this sk_skb
+    // program; bpf_get_socket_cookie accepts it and only reads skb->sk.
+    let cookie: SockKey = unsafe { bpf_get_socket_cookie(skb.cast()) };
+    let len = u64::from(ctx.len());
+
+    // SAFETY: the value is a plain-old-data FlowCtl copied out at once; only
+    // userspace replaces entries, and a replaced element stays readable (RCU).
+    let ctl = match unsafe { FLOW_CTL.get(cookie) } {
+        Some(ctl) => *ctl,
+        None => return Err(Miss::NoCtl),
+    };
+    let stats = FLOW_STATS.get_ptr_mut(cookie).ok_or(Miss::NoStats)?;
+
+    // SAFETY (all dereferences of `stats` below): the pointer comes from a
+    // successful map lookup, stays valid for this invocation (RCU), and this
+    // program is the entry's only writer; the kernel runs the verdict of one
+    // socket under that socket's lock, so the increments do not race.
+    let passed_bytes = unsafe { (*stats).passed_bytes };
+    let pass_reason = if ctl.ready == 0 {
+        Some(CTR_PASS_NOT_READY)
+    } else if ctl.paused != 0 {
+        Some(CTR_PASS_PAUSED)
+    } else if passed_bytes != ctl.passed_ack {
+        Some(CTR_PASS_UNACKED)
+    } else {
+        None
+    };
+    if let Some(reason) = pass_reason {
+        bump(reason);
+        // SAFETY: see above.
+        unsafe {
+            (*stats).passed_bytes = passed_bytes + len;
+            (*stats).passed_segs += 1;
+        }
+        return Ok(SK_PASS);
+    }
+
+    let action = SOCKS.redirect_skb(ctx, cookie, 0);
+    if action == i64::from(SK_PASS) {
+        // SAFETY: see above.
+        unsafe {
+            (*stats).redirected_bytes += len;
+            (*stats).redirected_segs += 1;
+        }
+        // SK_PASS with the redirect recorded in the skb means "redirect".
+        Ok(SK_PASS)
+    } else {
+        // A miss makes the helper answer SK_DROP; pass instead so no byte is
+        // lost: it stays in this socket for userspace.
+        bump(CTR_REDIRECT_FAILED);
+        // SAFETY: see above.
+        unsafe {
+            (*stats).redirect_failures += 1;
+            (*stats).passed_bytes = passed_bytes + len;
+            (*stats).passed_segs += 1;
+        }
+        Ok(SK_PASS)
+    }
+}
+
+/// Adds one to a per-CPU counter; a bad index is ignored (nothing to count it in).
+#[inline(always)]
+fn bump(index: u32) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: the pointer is this CPU's slot of a per-CPU array; BPF
+        // programs run with migration disabled and sk_skb verdicts do not nest
+        // on one CPU, so nothing else writes it meanwhile.
+        unsafe { *slot += 1 };
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // SAFETY: the program has no panicking path the verifier would accept
+    // anyway (bounds are checked explicitly); this is only a symbol to satisfy
+    // `no_std`, and the object check rejects any call left to it.
+    unsafe { core::hint::unreachable_unchecked() }
+}

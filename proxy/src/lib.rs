@@ -6,6 +6,7 @@
 //! `stats` (per-thread counters), `sys` (thin syscall wrappers), and
 //! `session` (one flow, top to bottom).
 
+pub mod bpf;
 pub mod cli;
 pub mod config;
 pub mod daemon;
