@@ -353,7 +353,7 @@ fn server_maxconn_queues_and_queue_timeout() {
             "{mode}: at most 2 server connections at once"
         );
         assert!(
-            stat(&shunt.sock(), "be", "s1", "qmax") >= 1,
+            stat(&shunt.sock(), "be", "BACKEND", "qmax") >= 1,
             "{mode}: the queue was used"
         );
         drop(shunt);

@@ -1,0 +1,181 @@
+//! Runtime state of one configured server: health, admin state, user weight
+//! and the counters the stats page and the CLI read.
+//!
+//! Owns: the atomics of a [`ServerRt`]. It does not decide anything: the
+//! selection algorithms and the queue in [`super::backend`] read these values.
+//!
+//! Invariants:
+//! - `cur_conns` and the queue counters only change under the owning
+//!   backend's state lock (see `backend.rs`); readers outside it (stats, CLI)
+//!   see a value that was true at some recent instant.
+//! - the user weight is always within `0..=MAX_WEIGHT`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// Largest user weight HAProxy accepts (`weight` keyword and `set weight`).
+pub const MAX_WEIGHT: u32 = 256;
+
+/// One configured server, shared by every worker thread through an `Arc`.
+#[derive(Debug)]
+pub struct ServerRt {
+    /// Position in the backend's server list (config order).
+    pub idx: usize,
+    pub name: String,
+    /// Numeric id (`id` keyword or position, from 1).
+    pub id: u32,
+    pub addr: SocketAddr,
+    pub backup: bool,
+    /// Concurrent connection limit; 0 = unlimited.
+    pub maxconn: usize,
+    /// Limit of requests queued on this very server; 0 = unlimited.
+    pub maxqueue: usize,
+    /// The configured weight, used by the static (map based) algorithms.
+    initial_weight: u32,
+    weight: AtomicU32,
+    up: AtomicBool,
+    maint: AtomicBool,
+    cur_conns: AtomicUsize,
+    max_conns: AtomicUsize,
+    selected: AtomicU64,
+    queue_cur: AtomicUsize,
+    queue_max: AtomicUsize,
+}
+
+impl ServerRt {
+    /// Runtime state for `cfg`, at position `idx` of its backend.
+    pub fn new(idx: usize, cfg: &crate::config::Server) -> Self {
+        let weight = cfg.weight.min(MAX_WEIGHT);
+        Self {
+            idx,
+            name: cfg.name.clone(),
+            id: cfg.id,
+            addr: cfg.addr,
+            backup: cfg.backup,
+            maxconn: cfg.maxconn,
+            maxqueue: cfg.maxqueue,
+            initial_weight: weight,
+            weight: AtomicU32::new(weight),
+            up: AtomicBool::new(true),
+            maint: AtomicBool::new(cfg.disabled),
+            cur_conns: AtomicUsize::new(0),
+            max_conns: AtomicUsize::new(0),
+            selected: AtomicU64::new(0),
+            queue_cur: AtomicUsize::new(0),
+            queue_max: AtomicUsize::new(0),
+        }
+    }
+
+    /// Current user weight (0..=256).
+    pub fn weight(&self) -> u32 {
+        self.weight.load(Ordering::Relaxed)
+    }
+
+    /// The weight from the configuration (what `static-rr` and `source` use).
+    pub fn initial_weight(&self) -> u32 {
+        self.initial_weight
+    }
+
+    /// Set the user weight; values above [`MAX_WEIGHT`] are clamped.
+    pub fn set_weight(&self, w: u32) {
+        self.weight.store(w.min(MAX_WEIGHT), Ordering::Relaxed);
+    }
+
+    /// Health state (true unless a check marked the server down).
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    pub fn set_up(&self, up: bool) {
+        self.up.store(up, Ordering::Relaxed);
+    }
+
+    /// Administrative maintenance (`disabled` in the config, `disable server`).
+    pub fn is_maint(&self) -> bool {
+        self.maint.load(Ordering::Relaxed)
+    }
+
+    pub fn set_maint(&self, maint: bool) {
+        self.maint.store(maint, Ordering::Relaxed);
+    }
+
+    /// Connection slots currently held on this server.
+    pub fn cur_conns(&self) -> usize {
+        self.cur_conns.load(Ordering::Relaxed)
+    }
+
+    /// Peak of [`Self::cur_conns`] since start.
+    pub fn max_conns(&self) -> usize {
+        self.max_conns.load(Ordering::Relaxed)
+    }
+
+    /// How many times a connection slot was given to this server (lbconn).
+    pub fn selected(&self) -> u64 {
+        self.selected.load(Ordering::Relaxed)
+    }
+
+    /// Requests waiting for this very server (only `source` pins requests).
+    pub fn queue_cur(&self) -> usize {
+        self.queue_cur.load(Ordering::Relaxed)
+    }
+
+    /// Peak of [`Self::queue_cur`].
+    pub fn queue_max(&self) -> usize {
+        self.queue_max.load(Ordering::Relaxed)
+    }
+
+    /// May take new traffic: healthy, not in maintenance, weight above 0.
+    pub fn usable(&self) -> bool {
+        self.is_up() && !self.is_maint() && self.weight() > 0
+    }
+
+    /// Below its maxconn (always true when maxconn is 0).
+    pub fn has_room(&self) -> bool {
+        self.maxconn == 0 || self.cur_conns() < self.maxconn
+    }
+
+    /// Weight used by the static algorithms: the configured one while the
+    /// server is usable (HAProxy ignores runtime changes other than to/from 0).
+    pub(crate) fn static_weight(&self) -> u32 {
+        if self.initial_weight > 0 {
+            self.initial_weight
+        } else {
+            self.weight()
+        }
+    }
+
+    /// Count one more held slot. Called under the backend state lock.
+    pub(crate) fn take_slot(&self) {
+        let now = self.cur_conns.fetch_add(1, Ordering::Relaxed) + 1;
+        self.max_conns.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Count a slot given to a request (new, or handed on from the queue).
+    pub(crate) fn count_selected(&self) {
+        self.selected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Forget one held slot. Called under the backend state lock.
+    pub(crate) fn drop_slot(&self) {
+        // Saturating: a release can never precede its take, but a wrapped
+        // counter would make the server look full forever.
+        let _ = self
+            .cur_conns
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                Some(c.saturating_sub(1))
+            });
+    }
+
+    pub(crate) fn queue_inc(&self) {
+        let now = self.queue_cur.fetch_add(1, Ordering::Relaxed) + 1;
+        self.queue_max.fetch_max(now, Ordering::Relaxed);
+    }
+
+    pub(crate) fn queue_dec(&self) {
+        let _ = self
+            .queue_cur
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                Some(c.saturating_sub(1))
+            });
+    }
+}

@@ -1,0 +1,68 @@
+//! `balance source`: hash of the client IP address over the static weight
+//! map (`hash % total weight`), so a client keeps its server for as long as
+//! the server set is unchanged.
+//!
+//! The chosen server is sticky: when it is full the request waits in that
+//! server's own queue (bounded by its `maxqueue`) rather than going
+//! elsewhere. When it is excluded (redispatch) the next map entry that is
+//! not excluded is used.
+
+use std::net::{IpAddr, SocketAddr};
+
+use super::algo::{Choice, Ctx};
+use super::map::WeightMap;
+
+#[derive(Debug, Default)]
+pub(crate) struct Source {
+    map: WeightMap,
+}
+
+impl Source {
+    pub fn pick(&mut self, ctx: &Ctx<'_>, client: SocketAddr) -> Option<Choice> {
+        self.map.refresh(ctx);
+        let table = self.map.table();
+        let len = table.len();
+        if len == 0 {
+            return None;
+        }
+        let h = hash_ip(client.ip()) as usize % len;
+        let s = (0..len)
+            .map(|k| table[(h + k) % len])
+            .find(|&s| ctx.exclude != Some(s))?;
+        Some(if ctx.servers[s].has_room() {
+            Choice::Server(s)
+        } else {
+            Choice::Pinned(s)
+        })
+    }
+}
+
+/// A well-mixed 32-bit hash of an address (the port is not part of it).
+pub(crate) fn hash_ip(ip: IpAddr) -> u32 {
+    let bytes: Vec<u8> = match ip {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            // A v4-mapped client hashes like its plain v4 form.
+            Some(v4) => v4.octets().to_vec(),
+            None => v6.octets().to_vec(),
+        },
+    };
+    let mut h: u32 = 0;
+    for chunk in bytes.chunks(4) {
+        let mut word = [0u8; 4];
+        word[..chunk.len()].copy_from_slice(chunk);
+        h = avalanche(h ^ u32::from_be_bytes(word));
+    }
+    h
+}
+
+/// Integer finaliser: every input bit flips about half the output bits, so
+/// neighbouring addresses land far apart in the map.
+fn avalanche(mut x: u32) -> u32 {
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846c_a68b);
+    x ^= x >> 16;
+    x
+}
