@@ -1,11 +1,53 @@
-//! TEMPORARY stub with the contract's signatures (replaced by the real handoff).
+//! Forwarding of an established flow (client <-> server) behind one seam.
+//!
+//! Owns: moving bytes both ways until both directions are finished, in copy
+//! mode (userspace buffers) or splice mode (per-direction pipes from the
+//! bounded process-wide pool, falling back to copy), half-close
+//! propagation, reset propagation, HAProxy-style inactivity timeouts and
+//! live byte accounting through `Meter`.
+//! Must not: spawn tasks (`forward` is one future driving both directions;
+//! the daemon polls it on its own current_thread runtime), log per packet,
+//! or touch a socket after the future is dropped (dropping it closes both).
+//! Invariants: no byte lost, duplicated or reordered; `pending` reaches the
+//! server before any byte read from the client here; a side's EOF becomes
+//! SHUT_WR on the peer only after all that side's bytes were written.
+//! A sockmap mode will be added later behind this same seam.
+
+mod copy;
+mod flow;
+mod pool;
+mod splice;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::io;
+use std::os::fd::AsFd;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+
+use tokio::net::TcpStream;
+
+use crate::sys::sock;
+use flow::{Dir, DirError, Flow, CLIENT_TO_SERVER, SERVER_TO_CLIENT};
+use pool::{Lease, PipePool, DEFAULT_MAX_PIPES};
+
+pub use copy::COPY_BUF_SIZE;
+pub use pool::{MAX_PIPE_SIZE, MIN_PIPE_SIZE};
+
+/// A direction yields to the scheduler after moving this many bytes without
+/// waiting, so one bulk direction cannot starve its twin, the timeout or
+/// the other flows on the thread.
+pub const BURST_BYTES: usize = 1 << 20;
+
+/// How bytes are moved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     Copy,
     Splice,
 }
+
+/// Inactivity timeouts (HAProxy `timeout client|server|tunnel|client-fin|
+/// server-fin`, TCP mode). `None` = not set (infinite).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FlowTimeouts {
     pub client: Option<Duration>,
@@ -14,64 +56,193 @@ pub struct FlowTimeouts {
     pub client_fin: Option<Duration>,
     pub server_fin: Option<Duration>,
 }
+
+/// Live byte accounting: called as bytes are written to the peer (so stats
+/// are current while the flow runs).
 pub trait Meter {
     fn to_server(&self, n: u64);
     fn to_client(&self, n: u64);
 }
+
+/// Why a flow ended.
 #[derive(Debug)]
 pub enum End {
+    /// Both directions finished cleanly.
     Done,
     ClientReset,
     ServerReset,
     ClientTimeout,
     ServerTimeout,
-    Error(std::io::Error),
+    Error(io::Error),
 }
+
+/// The result of one `forward`.
+#[derive(Debug)]
 pub struct Outcome {
     pub to_server: u64,
     pub to_client: u64,
+    /// Mode actually used: `Copy` when splice fell back (no pipes, or
+    /// splice unsupported mid-flow in either direction).
     pub mode: Mode,
     pub end: End,
 }
-pub fn init_pipes(_pipesize: Option<usize>, _maxpipes: usize) {}
+
+static PIPES: PipePool = PipePool::new(None, DEFAULT_MAX_PIPES);
+
+/// Configure the process-wide pipe pool once at start (tune.pipesize: None
+/// = kernel default; maxpipes). Calling it again replaces the settings and
+/// closes the free pipes (pipes in use finish under the old size).
+pub fn init_pipes(pipesize: Option<usize>, maxpipes: usize) {
+    PIPES.configure(pipesize, maxpipes);
+}
+
+/// Pipes currently leased by flows.
 pub fn pipes_in_use() -> usize {
-    0
+    PIPES.in_use()
 }
+
+/// Empty pipes kept for reuse.
 pub fn pipes_free() -> usize {
-    0
+    PIPES.free()
 }
+
+/// Forward until both directions are finished. `pending` = bytes userspace
+/// already read from the client while routing; they are written to the
+/// server FIRST.
 pub async fn forward(
-    mut client: tokio::net::TcpStream,
-    mut server: tokio::net::TcpStream,
+    client: TcpStream,
+    server: TcpStream,
     pending: Vec<u8>,
     mode: Mode,
-    _t: FlowTimeouts,
+    timeouts: FlowTimeouts,
     meter: &dyn Meter,
 ) -> Outcome {
-    if server.write_all(&pending).await.is_err() {
-        return Outcome {
-            to_server: 0,
-            to_client: 0,
-            mode,
-            end: End::ServerReset,
-        };
+    forward_in(&PIPES, client, server, pending, mode, timeouts, meter).await
+}
+
+/// `forward` with an explicit pipe pool (tests use private pools).
+pub(crate) async fn forward_in(
+    pool: &PipePool,
+    client: TcpStream,
+    server: TcpStream,
+    pending: Vec<u8>,
+    mode: Mode,
+    timeouts: FlowTimeouts,
+    meter: &dyn Meter,
+) -> Outcome {
+    for s in [&client, &server] {
+        if let Err(e) = sock::set_nodelay(s.as_fd()) {
+            tracing::debug!(error = %e, "TCP_NODELAY at flow start failed");
+        }
     }
-    match tokio::io::copy_bidirectional(&mut client, &mut server).await {
-        Ok((a, b)) => {
-            meter.to_server(a);
-            meter.to_client(b);
-            Outcome {
-                to_server: a,
-                to_client: b,
-                mode,
-                end: End::Done,
+    let flow = Flow::new(meter);
+    let pipes = match mode {
+        Mode::Splice => pool.acquire_pair(),
+        Mode::Copy => None,
+    };
+    let mut used = if pipes.is_some() {
+        Mode::Splice
+    } else {
+        Mode::Copy
+    };
+    let (up, down) = match pipes {
+        Some((a, b)) => (Some(Lease::new(pool, a)), Some(Lease::new(pool, b))),
+        None => (None, None),
+    };
+    let end = {
+        let c2s = direction(&flow, CLIENT_TO_SERVER, &client, &server, pending, up);
+        let s2c = direction(&flow, SERVER_TO_CLIENT, &server, &client, Vec::new(), down);
+        drive(&flow, &timeouts, c2s, s2c).await
+    };
+    // One side reset: reset the other too (SO_LINGER {on,0}, then the drop
+    // below closes it with RST).
+    let reset_peer = match end {
+        End::ClientReset => Some(&server),
+        End::ServerReset => Some(&client),
+        _ => None,
+    };
+    if let Some(s) = reset_peer {
+        if let Err(e) = sock::set_linger_reset(s.as_fd()) {
+            tracing::debug!(error = %e, "SO_LINGER reset failed");
+        }
+    }
+    if flow.fell_back.get() {
+        used = Mode::Copy;
+    }
+    Outcome {
+        to_server: flow.to_server(),
+        to_client: flow.to_client(),
+        mode: used,
+        end,
+    }
+}
+
+/// One direction: flush `initial`, then splice (when leased a pipe) or copy.
+async fn direction(
+    flow: &Flow<'_>,
+    dir: Dir,
+    from: &TcpStream,
+    to: &TcpStream,
+    initial: Vec<u8>,
+    lease: Option<Lease<'_>>,
+) -> Result<(), DirError> {
+    copy::write_all(flow, dir, to, &initial).await?;
+    drop(initial);
+    if let Some(mut lease) = lease {
+        match splice::run(flow, dir, from, to, &mut lease).await? {
+            splice::Exit::Done => return Ok(()),
+            splice::Exit::Fallback => {
+                flow.fell_back.set(true);
+                let rest = splice::drain(&mut lease).map_err(|e| DirError::new(dir.to, e))?;
+                // The pipe is empty now: give it back before copying.
+                drop(lease);
+                copy::write_all(flow, dir, to, &rest).await?;
             }
         }
-        Err(e) => Outcome {
-            to_server: 0,
-            to_client: 0,
-            mode,
-            end: End::Error(e),
-        },
+    }
+    copy::run(flow, dir, from, to).await
+}
+
+/// Polls both directions and the inactivity deadline until both directions
+/// are done, one fails, or a side times out.
+async fn drive(
+    flow: &Flow<'_>,
+    t: &FlowTimeouts,
+    c2s: impl Future<Output = Result<(), DirError>>,
+    s2c: impl Future<Output = Result<(), DirError>>,
+) -> End {
+    tokio::pin!(c2s);
+    tokio::pin!(s2c);
+    let (mut up_done, mut down_done) = (false, false);
+    loop {
+        if up_done && down_done {
+            return End::Done;
+        }
+        // Activity only pushes deadlines later, so sleeping until the
+        // earliest one computed now and re-checking on wake is exact; a
+        // half-close can bring one closer, and it wakes us to recompute.
+        let deadline = flow.deadline(t);
+        let sleep = async move {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            r = &mut c2s, if !up_done => match r {
+                Ok(()) => up_done = true,
+                Err(e) => return e.into_end(),
+            },
+            r = &mut s2c, if !down_done => match r {
+                Ok(()) => down_done = true,
+                Err(e) => return e.into_end(),
+            },
+            () = flow.shut_changed.notified() => {}
+            () = sleep => {
+                if let Some(end) = flow.expired(t, tokio::time::Instant::now()) {
+                    return end;
+                }
+            }
+        }
     }
 }

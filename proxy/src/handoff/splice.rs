@@ -1,0 +1,224 @@
+//! The splice loop of one direction: socket -> pipe -> socket, zero copy.
+//!
+//! Invariants:
+//! - `lease.pending` is exactly the number of bytes in the pipe.
+//! - Read readiness is cleared only when a read-splice returns EAGAIN with
+//!   an EMPTY pipe: with bytes in the pipe, EAGAIN may mean "pipe full" (the
+//!   pipe counts pages, not bytes) while the socket still holds data.
+//! - SPLICE_F_MORE is set on a write-splice only when the read that filled
+//!   the pipe took >= 90% of its capacity (bulk). Whenever the loop is about
+//!   to wait with the pipe drained after such a write, TCP_NODELAY is set
+//!   again on the writer, which pushes the sub-MSS tail MSG_MORE held back:
+//!   without it the tail waits for the zero-window probe (~200 ms).
+//! - EOF is propagated (SHUT_WR) only once the pipe has drained.
+//! - ENOSYS/EINVAL/EBADF from splice mean "this flow cannot splice": the
+//!   loop exits with `Exit::Fallback` and the caller drains the pipe into
+//!   userspace before copying, so no byte is lost.
+//! - splice to a socket does not pass MSG_NOSIGNAL: a write to a reset peer
+//!   raises SIGPIPE, which Rust programs ignore by default (the daemon must
+//!   keep it ignored); the call then fails with EPIPE -> reset handling.
+
+use std::io;
+use std::os::fd::AsFd;
+
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+use super::copy::propagate_eof;
+use super::flow::{Dir, DirError, Flow};
+use super::pool::Lease;
+use super::BURST_BYTES;
+use crate::sys::{pipe as sys_pipe, sock};
+
+/// A read filling at least MORE_NUM/MORE_DEN of the pipe marks bulk data:
+/// its write-splice carries SPLICE_F_MORE (90%, as pasta does).
+const MORE_NUM: usize = 9;
+const MORE_DEN: usize = 10;
+
+/// Largest chunk read from a pipe per `read(2)` while draining it for the
+/// copy fallback (pipes hold at most `pool::MAX_PIPE_SIZE`).
+const DRAIN_CHUNK: usize = 64 * 1024;
+
+/// How a splice loop ended without error.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// EOF read, pipe drained, SHUT_WR sent.
+    Done,
+    /// splice is not usable here: drain the pipe and copy instead.
+    Fallback,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test hook: once a direction has written this many bytes, its write
+    /// splice fails with EINVAL (exercises drain-then-copy).
+    pub static FAIL_WRITE_AFTER: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+#[cfg(test)]
+fn injected_einval(written: u64) -> bool {
+    FAIL_WRITE_AFTER.with(|c| matches!(c.get(), Some(n) if written >= n))
+}
+
+#[cfg(not(test))]
+fn injected_einval(_written: u64) -> bool {
+    false
+}
+
+fn must_fall_back(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSYS | libc::EINVAL | libc::EBADF)
+    )
+}
+
+/// Splices `from` -> `to` through the leased pipe.
+pub async fn run(
+    flow: &Flow<'_>,
+    dir: Dir,
+    from: &TcpStream,
+    to: &TcpStream,
+    lease: &mut Lease<'_>,
+) -> Result<Exit, DirError> {
+    let Some(pipe) = lease.pipe.as_ref() else {
+        return Ok(Exit::Fallback);
+    };
+    let cap = pipe.cap;
+    let more_threshold = cap * MORE_NUM / MORE_DEN;
+    let (from_fd, to_fd) = (from.as_fd(), to.as_fd());
+    let (pipe_rd, pipe_wr) = (pipe.rd.as_fd(), pipe.wr.as_fd());
+
+    let mut eof = false;
+    // The bytes in the pipe came from a bulk read (>= 90% of the pipe).
+    let mut bulk = false;
+    // A write-splice with SPLICE_F_MORE happened since the last push.
+    let mut corked = false;
+    let mut burst = 0usize;
+    let mut written = 0u64;
+    loop {
+        let mut progressed = false;
+        // EAGAIN with bytes in the pipe: readiness kept, don't wait on it.
+        let mut read_ambiguous = false;
+
+        if !eof && lease.pending < cap {
+            let room = cap - lease.pending;
+            let held = lease.pending;
+            let r = from.try_io(Interest::READABLE, || {
+                match sys_pipe::splice(from_fd, pipe_wr, room, false) {
+                    // Returning Ok keeps tokio's read readiness set.
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock && held > 0 => Ok(None),
+                    other => other.map(Some),
+                }
+            });
+            match r {
+                Ok(Some(0)) => {
+                    eof = true;
+                    flow.shut(dir.from);
+                    progressed = true;
+                }
+                Ok(Some(n)) => {
+                    lease.pending += n;
+                    bulk = n >= more_threshold;
+                    flow.touch(dir.from);
+                    burst += n;
+                    progressed = true;
+                }
+                Ok(None) => read_ambiguous = true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if must_fall_back(&e) => return Ok(fall_back(to, corked)),
+                Err(e) => return Err(DirError::new(dir.from, e)),
+            }
+        }
+
+        if lease.pending > 0 {
+            let len = lease.pending;
+            let more = bulk;
+            let r = to.try_io(Interest::WRITABLE, || {
+                if injected_einval(written) {
+                    return Err(io::Error::from_raw_os_error(libc::EINVAL));
+                }
+                sys_pipe::splice(pipe_rd, to_fd, len, more)
+            });
+            match r {
+                Ok(0) => return Err(DirError::new(dir.to, io::ErrorKind::WriteZero.into())),
+                Ok(n) => {
+                    lease.pending -= n;
+                    written += n as u64;
+                    flow.wrote(dir.to, n);
+                    corked |= more;
+                    progressed = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if must_fall_back(&e) => return Ok(fall_back(to, corked)),
+                Err(e) => return Err(DirError::new(dir.to, e)),
+            }
+        }
+
+        if eof && lease.pending == 0 {
+            // SHUT_WR pushes any corked tail itself.
+            propagate_eof(flow, dir, to)?;
+            return Ok(Exit::Done);
+        }
+        if progressed {
+            if burst >= BURST_BYTES {
+                burst = 0;
+                tokio::task::yield_now().await;
+            }
+            continue;
+        }
+        burst = 0;
+
+        // Leaving the loop to wait: push a MSG_MORE tail now (cork fix).
+        if lease.pending == 0 && corked {
+            sock::set_nodelay(to_fd).map_err(|e| DirError::new(dir.to, e))?;
+            corked = false;
+        }
+
+        if lease.pending == 0 {
+            from.readable()
+                .await
+                .map_err(|e| DirError::new(dir.from, e))?;
+        } else if eof || read_ambiguous || lease.pending >= cap {
+            to.writable().await.map_err(|e| DirError::new(dir.to, e))?;
+        } else {
+            tokio::select! {
+                r = from.readable() => r.map_err(|e| DirError::new(dir.from, e))?,
+                r = to.writable() => r.map_err(|e| DirError::new(dir.to, e))?,
+            }
+        }
+    }
+}
+
+/// Before switching to copy, release any tail MSG_MORE may hold (the copy
+/// path might not write again for a while).
+fn fall_back(to: &TcpStream, corked: bool) -> Exit {
+    if corked {
+        if let Err(e) = sock::set_nodelay(to.as_fd()) {
+            tracing::debug!(error = %e, "TCP_NODELAY push before copy fallback failed");
+        }
+    }
+    Exit::Fallback
+}
+
+/// Reads everything left in the leased pipe into userspace (copy fallback).
+/// Afterwards `lease.pending == 0`, so the pipe may be pooled again.
+pub fn drain(lease: &mut Lease<'_>) -> io::Result<Vec<u8>> {
+    let mut out = vec![0u8; lease.pending];
+    let Some(pipe) = lease.pipe.as_ref() else {
+        return Ok(Vec::new());
+    };
+    let mut got = 0;
+    while got < out.len() {
+        let end = out.len().min(got + DRAIN_CHUNK);
+        match sys_pipe::read(pipe.rd.as_fd(), &mut out[got..end]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                got += n;
+                lease.pending -= n;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}

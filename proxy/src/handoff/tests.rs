@@ -1,0 +1,915 @@
+//! Tests of `forward` on real loopback sockets (port 0), each run in both
+//! modes: a tiny in-test proxy accepts the client, connects the server and
+//! calls `forward_in` with a private pipe pool (only the cork test uses the
+//! process-wide pool, through `init_pipes` and `forward`).
+
+use std::cell::Cell;
+use std::io;
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, RngCore, SeedableRng};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+
+use super::pool::PipePool;
+use super::*;
+use crate::sys::{pipe as sys_pipe, sock};
+
+const MODES: [Mode; 2] = [Mode::Copy, Mode::Splice];
+
+#[derive(Default)]
+struct Counting {
+    up: Cell<u64>,
+    down: Cell<u64>,
+}
+
+impl Meter for Counting {
+    fn to_server(&self, n: u64) {
+        self.up.set(self.up.get() + n);
+    }
+    fn to_client(&self, n: u64) {
+        self.down.set(self.down.get() + n);
+    }
+}
+
+/// Sockets of one proxied flow: the test's client and server ends, and the
+/// proxy's two ends to hand to `forward`.
+struct Rig {
+    client: TcpStream,
+    server: TcpStream,
+    proxy_client: TcpStream,
+    proxy_server: TcpStream,
+}
+
+async fn rig() -> Rig {
+    let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let back = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let client = TcpStream::connect(front.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (proxy_client, _) = front.accept().await.unwrap();
+    let proxy_server = TcpStream::connect(back.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (server, _) = back.accept().await.unwrap();
+    Rig {
+        client,
+        server,
+        proxy_client,
+        proxy_server,
+    }
+}
+
+/// Runs the proxy side of `r` to completion and checks the meter agrees.
+async fn proxy(
+    pool: &PipePool,
+    pc: TcpStream,
+    ps: TcpStream,
+    pending: Vec<u8>,
+    mode: Mode,
+    t: FlowTimeouts,
+) -> Outcome {
+    let m = Counting::default();
+    let out = forward_in(pool, pc, ps, pending, mode, t, &m).await;
+    assert_eq!(m.up.get(), out.to_server, "meter vs outcome (to server)");
+    assert_eq!(m.down.get(), out.to_client, "meter vs outcome (to client)");
+    out
+}
+
+/// A cyclic random pattern whose period (a prime) aligns with no buffer.
+const PATTERN_LEN: usize = 1_048_573;
+
+fn pattern(seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; PATTERN_LEN];
+    StdRng::seed_from_u64(seed).fill_bytes(&mut v);
+    v
+}
+
+/// Writes `total` bytes of `pat` in random-sized writes; returns SHA-256.
+async fn send_random<W: AsyncWriteExt + Unpin>(
+    w: &mut W,
+    pat: &[u8],
+    total: usize,
+    seed: u64,
+) -> [u8; 32] {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut h = Sha256::new();
+    let (mut sent, mut pos) = (0usize, 0usize);
+    while sent < total {
+        let n = rng
+            .gen_range(1..=200_000usize)
+            .min(total - sent)
+            .min(PATTERN_LEN - pos);
+        let chunk = &pat[pos..pos + n];
+        w.write_all(chunk).await.unwrap();
+        h.update(chunk);
+        sent += n;
+        pos = (pos + n) % PATTERN_LEN;
+    }
+    h.finalize().into()
+}
+
+/// Reads to EOF; returns (bytes, SHA-256).
+async fn recv_hash<R: AsyncReadExt + Unpin>(r: &mut R) -> (usize, [u8; 32]) {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 128 * 1024];
+    let mut total = 0;
+    loop {
+        let n = r.read(&mut buf).await.unwrap();
+        if n == 0 {
+            return (total, h.finalize().into());
+        }
+        h.update(&buf[..n]);
+        total += n;
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn integrity_64_mib_each_way_at_once() {
+    const TOTAL: usize = 64 << 20;
+    let pat = pattern(1);
+    for mode in MODES {
+        let pool = PipePool::new(None, 8);
+        let r = rig().await;
+        let (mut cr, mut cw) = r.client.into_split();
+        let (mut sr, mut sw) = r.server.into_split();
+        let client = async {
+            let (sent, got) = tokio::join!(
+                async {
+                    let h = send_random(&mut cw, &pat, TOTAL, 10).await;
+                    cw.shutdown().await.unwrap();
+                    h
+                },
+                recv_hash(&mut cr)
+            );
+            (sent, got)
+        };
+        let server = async {
+            let (sent, got) = tokio::join!(
+                async {
+                    let h = send_random(&mut sw, &pat, TOTAL, 20).await;
+                    sw.shutdown().await.unwrap();
+                    h
+                },
+                recv_hash(&mut sr)
+            );
+            (sent, got)
+        };
+        let started = Instant::now();
+        let (out, (c_sent, c_got), (s_sent, s_got)) = tokio::join!(
+            proxy(
+                &pool,
+                r.proxy_client,
+                r.proxy_server,
+                Vec::new(),
+                mode,
+                FlowTimeouts::default()
+            ),
+            client,
+            server
+        );
+        assert!(matches!(out.end, End::Done), "{mode:?}: {:?}", out.end);
+        assert_eq!(out.mode, mode);
+        assert_eq!(
+            (out.to_server, out.to_client),
+            (TOTAL as u64, TOTAL as u64),
+            "{mode:?}"
+        );
+        assert_eq!(
+            s_got,
+            (TOTAL, c_sent),
+            "{mode:?}: client->server bytes differ"
+        );
+        assert_eq!(
+            c_got,
+            (TOTAL, s_sent),
+            "{mode:?}: server->client bytes differ"
+        );
+        assert_eq!(pool.in_use(), 0);
+        eprintln!("{mode:?}: 2 x 64 MiB in {:?}", started.elapsed());
+    }
+}
+
+/// One small flow: client sends `up` bytes + FIN, server checks and answers
+/// `down` bytes + FIN; both sides check exact contents.
+async fn small_flow(pool: &PipePool, mode: Mode, seed: u64) -> Mode {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut up = vec![0u8; rng.gen_range(0..300_000)];
+    let mut down = vec![0u8; rng.gen_range(0..300_000)];
+    rng.fill_bytes(&mut up);
+    rng.fill_bytes(&mut down);
+    let mut r = rig().await;
+    let client = async {
+        r.client.write_all(&up).await.unwrap();
+        r.client.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        r.client.read_to_end(&mut got).await.unwrap();
+        assert!(
+            got == down,
+            "client got {} bytes, want {}",
+            got.len(),
+            down.len()
+        );
+    };
+    let server = async {
+        let mut got = Vec::new();
+        r.server.read_to_end(&mut got).await.unwrap();
+        assert!(
+            got == up,
+            "server got {} bytes, want {}",
+            got.len(),
+            up.len()
+        );
+        r.server.write_all(&down).await.unwrap();
+        r.server.shutdown().await.unwrap();
+    };
+    let (out, (), ()) = tokio::join!(
+        proxy(
+            pool,
+            r.proxy_client,
+            r.proxy_server,
+            Vec::new(),
+            mode,
+            FlowTimeouts::default()
+        ),
+        client,
+        server
+    );
+    assert!(matches!(out.end, End::Done), "{:?}", out.end);
+    assert_eq!(
+        (out.to_server, out.to_client),
+        (up.len() as u64, down.len() as u64)
+    );
+    out.mode
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn two_hundred_concurrent_flows() {
+    const FLOWS: u64 = 200;
+    static POOL_COPY: PipePool = PipePool::new(None, 1024);
+    static POOL_SPLICE: PipePool = PipePool::new(None, 1024);
+    for (mode, pool) in [(Mode::Copy, &POOL_COPY), (Mode::Splice, &POOL_SPLICE)] {
+        let local = tokio::task::LocalSet::new();
+        let mut handles = Vec::new();
+        for i in 0..FLOWS {
+            handles.push(local.spawn_local(small_flow(pool, mode, 1000 + i)));
+        }
+        let modes = local
+            .run_until(async {
+                let mut modes = Vec::new();
+                for h in handles {
+                    modes.push(h.await.unwrap());
+                }
+                modes
+            })
+            .await;
+        assert!(
+            modes.iter().all(|m| *m == mode),
+            "{mode:?}: a flow fell back"
+        );
+        assert_eq!(pool.in_use(), 0);
+        if mode == Mode::Splice {
+            assert!(pool.free() >= 2, "pipes were pooled again");
+        }
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn half_close_client_first() {
+    for mode in MODES {
+        let pool = PipePool::new(None, 8);
+        let mut r = rig().await;
+        let (n, m) = (100_000usize, 70_000usize);
+        let client = async {
+            r.client.write_all(&vec![1u8; n]).await.unwrap();
+            r.client.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            r.client.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got, vec![2u8; m]);
+        };
+        let server = async {
+            let mut got = Vec::new();
+            r.server.read_to_end(&mut got).await.unwrap(); // returns at EOF
+            assert_eq!(got, vec![1u8; n]);
+            r.server.write_all(&vec![2u8; m]).await.unwrap();
+            drop(r.server);
+        };
+        let (out, (), ()) = tokio::join!(
+            proxy(
+                &pool,
+                r.proxy_client,
+                r.proxy_server,
+                Vec::new(),
+                mode,
+                FlowTimeouts::default()
+            ),
+            client,
+            server
+        );
+        assert!(matches!(out.end, End::Done), "{mode:?}: {:?}", out.end);
+        assert_eq!((out.to_server, out.to_client), (n as u64, m as u64));
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn half_close_server_first() {
+    for mode in MODES {
+        let pool = PipePool::new(None, 8);
+        let mut r = rig().await;
+        let (n, m) = (90_000usize, 120_000usize);
+        let server = async {
+            r.server.write_all(&vec![3u8; m]).await.unwrap();
+            r.server.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            r.server.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got, vec![4u8; n]);
+        };
+        let client = async {
+            let mut got = Vec::new();
+            r.client.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got, vec![3u8; m]);
+            r.client.write_all(&vec![4u8; n]).await.unwrap();
+            drop(r.client);
+        };
+        let (out, (), ()) = tokio::join!(
+            proxy(
+                &pool,
+                r.proxy_client,
+                r.proxy_server,
+                Vec::new(),
+                mode,
+                FlowTimeouts::default()
+            ),
+            client,
+            server
+        );
+        assert!(matches!(out.end, End::Done), "{mode:?}: {:?}", out.end);
+        assert_eq!((out.to_server, out.to_client), (n as u64, m as u64));
+    }
+}
+
+/// Reads until an error or EOF; returns the error kind (None on clean EOF).
+async fn read_until_error(s: &mut TcpStream) -> Option<io::ErrorKind> {
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf).await {
+            Ok(0) => return None,
+            Ok(_) => {}
+            Err(e) => return Some(e.kind()),
+        }
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn client_reset_resets_server() {
+    for mode in MODES {
+        let pool = PipePool::new(None, 8);
+        let mut r = rig().await;
+        let client = async {
+            r.client.write_all(b"hello").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            sock::set_linger_reset(r.client.as_fd()).unwrap();
+            drop(r.client);
+        };
+        let (out, (), err) = tokio::join!(
+            proxy(
+                &pool,
+                r.proxy_client,
+                r.proxy_server,
+                Vec::new(),
+                mode,
+                FlowTimeouts::default()
+            ),
+            client,
+            read_until_error(&mut r.server)
+        );
+        assert!(
+            matches!(out.end, End::ClientReset),
+            "{mode:?}: {:?}",
+            out.end
+        );
+        assert_eq!(
+            err,
+            Some(io::ErrorKind::ConnectionReset),
+            "{mode:?}: server was not reset"
+        );
+        assert_eq!(out.to_server, 5);
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn server_reset_resets_client() {
+    for mode in MODES {
+        let pool = PipePool::new(None, 8);
+        let mut r = rig().await;
+        let server = async {
+            r.server.write_all(b"banner").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            sock::set_linger_reset(r.server.as_fd()).unwrap();
+            drop(r.server);
+        };
+        let (out, (), err) = tokio::join!(
+            proxy(
+                &pool,
+                r.proxy_client,
+                r.proxy_server,
+                Vec::new(),
+                mode,
+                FlowTimeouts::default()
+            ),
+            server,
+            read_until_error(&mut r.client)
+        );
+        assert!(
+            matches!(out.end, End::ServerReset),
+            "{mode:?}: {:?}",
+            out.end
+        );
+        assert_eq!(
+            err,
+            Some(io::ErrorKind::ConnectionReset),
+            "{mode:?}: client was not reset"
+        );
+        assert_eq!(out.to_client, 6);
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn pending_bytes_reach_server_first() {
+    for mode in MODES {
+        let pool = PipePool::new(None, 8);
+        let mut r = rig().await;
+        // The client's later bytes are already queued before forward starts.
+        r.client.write_all(b" world").await.unwrap();
+        r.client.shutdown().await.unwrap();
+        let server = async {
+            let mut got = Vec::new();
+            r.server.read_to_end(&mut got).await.unwrap();
+            r.server.shutdown().await.unwrap();
+            got
+        };
+        let (out, got) = tokio::join!(
+            proxy(
+                &pool,
+                r.proxy_client,
+                r.proxy_server,
+                b"hello".to_vec(),
+                mode,
+                FlowTimeouts::default()
+            ),
+            server
+        );
+        assert!(matches!(out.end, End::Done), "{mode:?}: {:?}", out.end);
+        assert_eq!(got, b"hello world");
+        assert_eq!(out.to_server, 11);
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn pool_exhaustion_falls_back_to_copy() {
+    // 3 pipes: the first flow takes 2; the second cannot get a pair and
+    // must give back the single pipe it got.
+    let pool = PipePool::new(None, 3);
+    let first = rig().await;
+    let second = rig().await;
+    let (mut c1, mut s1) = (first.client, first.server);
+    let mut f1 = Box::pin(proxy(
+        &pool,
+        first.proxy_client,
+        first.proxy_server,
+        Vec::new(),
+        Mode::Splice,
+        FlowTimeouts::default(),
+    ));
+    // Drive the first flow until it has taken its pipes and moved a byte.
+    tokio::select! {
+        _ = &mut f1 => panic!("first flow ended early"),
+        () = async {
+            c1.write_all(b"a").await.unwrap();
+            let mut b = [0u8; 1];
+            s1.read_exact(&mut b).await.unwrap();
+        } => {}
+    }
+    assert_eq!(pool.in_use(), 2);
+    let (mut c2, mut s2) = (second.client, second.server);
+    let second_flow = async {
+        c2.write_all(b"bc").await.unwrap();
+        c2.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        s2.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"bc");
+        drop(s2);
+        let mut rest = Vec::new();
+        c2.read_to_end(&mut rest).await.unwrap();
+    };
+    let (out2, ()) = tokio::join!(
+        proxy(
+            &pool,
+            second.proxy_client,
+            second.proxy_server,
+            Vec::new(),
+            Mode::Splice,
+            FlowTimeouts::default()
+        ),
+        second_flow
+    );
+    assert_eq!(
+        out2.mode,
+        Mode::Copy,
+        "exhausted pool must fall back to copy"
+    );
+    assert!(matches!(out2.end, End::Done), "{:?}", out2.end);
+    assert_eq!(
+        pool.in_use(),
+        2,
+        "the lone pipe of the failed pair was given back"
+    );
+    c1.shutdown().await.unwrap();
+    drop(s1);
+    let out1 = f1.await;
+    assert_eq!(out1.mode, Mode::Splice);
+    assert!(matches!(out1.end, End::Done), "{:?}", out1.end);
+    assert_eq!(pool.in_use(), 0);
+    assert_eq!(pool.free(), 3, "empty pipes are pooled");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn pipe_holding_data_is_closed_not_pooled() {
+    let pool = PipePool::new(None, 8);
+    let r = rig().await;
+    let t = FlowTimeouts {
+        server: Some(Duration::from_millis(300)),
+        ..Default::default()
+    };
+    let mut client = r.client;
+    let _server = r.server; // never reads
+    let fill = async {
+        // Push until the server's buffers, the proxy's and its pipe are full.
+        let chunk = vec![7u8; 64 * 1024];
+        let step = Duration::from_millis(100);
+        while let Ok(Ok(_)) = tokio::time::timeout(step, client.write(&chunk)).await {}
+    };
+    let (out, ()) = tokio::join!(
+        proxy(
+            &pool,
+            r.proxy_client,
+            r.proxy_server,
+            Vec::new(),
+            Mode::Splice,
+            t
+        ),
+        fill
+    );
+    assert!(matches!(out.end, End::ServerTimeout), "{:?}", out.end);
+    assert_eq!(out.mode, Mode::Splice);
+    assert_eq!(pool.in_use(), 0);
+    assert_eq!(
+        pool.free(),
+        1,
+        "only the empty server->client pipe returns to the pool"
+    );
+}
+
+/// splice failing with EINVAL mid-flow: the direction drains its pipe
+/// into userspace and goes on copying; not one byte is lost or reordered.
+#[tokio::test(flavor = "current_thread")]
+async fn splice_einval_mid_flow_drains_then_copies() {
+    const TOTAL: usize = 8 << 20;
+    let pat = pattern(3);
+    let pool = PipePool::new(None, 8);
+    splice::FAIL_WRITE_AFTER.with(|c| c.set(Some(1 << 20)));
+    let mut r = rig().await;
+    let client = async {
+        let h = send_random(&mut r.client, &pat, TOTAL, 30).await;
+        r.client.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        r.client.read_to_end(&mut rest).await.unwrap();
+        h
+    };
+    let server = async {
+        let got = recv_hash(&mut r.server).await;
+        r.server.shutdown().await.unwrap();
+        got
+    };
+    let (out, sent, got) = tokio::join!(
+        proxy(
+            &pool,
+            r.proxy_client,
+            r.proxy_server,
+            Vec::new(),
+            Mode::Splice,
+            FlowTimeouts::default()
+        ),
+        client,
+        server
+    );
+    splice::FAIL_WRITE_AFTER.with(|c| c.set(None));
+    assert!(matches!(out.end, End::Done), "{:?}", out.end);
+    assert_eq!(out.mode, Mode::Copy, "fallback must be reported");
+    assert_eq!(got, (TOTAL, sent));
+    assert_eq!(out.to_server, TOTAL as u64);
+    assert_eq!(pool.in_use(), 0);
+    assert_eq!(pool.free(), 2, "the drained pipe is empty, hence pooled");
+}
+
+/// Echo round trips through a splice loop with 8 KiB pipes: sizes whose
+/// last chunk fills >= 90% of the pipe would stall ~200 ms per hop without
+/// the TCP_NODELAY push; the controls never do.
+#[tokio::test(flavor = "current_thread")]
+async fn cork_regression_8k_pipes() {
+    const SIZES: [usize; 5] = [7000, 7372, 8192, 12000, 16384];
+    const ROUNDS: usize = 4;
+    const LIMIT: Duration = Duration::from_millis(50);
+    // The only test using the process-wide pool.
+    init_pipes(Some(8192), 16);
+    {
+        let (a, b) = PIPES.acquire_pair().unwrap();
+        assert_eq!(sys_pipe::pipe_size(a.rd.as_fd()).unwrap(), 8192);
+        assert_eq!(b.cap, 8192);
+        PIPES.release(a, true);
+        PIPES.release(b, true);
+    }
+    for mode in MODES {
+        let r = rig().await;
+        let (mut cl, mut srv) = (r.client, r.server);
+        let echo = async move {
+            let mut buf = vec![0u8; 16384];
+            for _ in 0..ROUNDS {
+                for n in SIZES {
+                    srv.read_exact(&mut buf[..n]).await.unwrap();
+                    srv.write_all(&buf[..n]).await.unwrap();
+                }
+            }
+            srv.shutdown().await.unwrap();
+            assert_eq!(srv.read(&mut buf).await.unwrap(), 0);
+        };
+        let client = async move {
+            let mut worst = Vec::new();
+            let mut back = vec![0u8; 16384];
+            for round in 0..ROUNDS {
+                for n in SIZES {
+                    let msg: Vec<u8> = (0..n).map(|i| (i + round) as u8).collect();
+                    let t0 = Instant::now();
+                    cl.write_all(&msg).await.unwrap();
+                    cl.read_exact(&mut back[..n]).await.unwrap();
+                    let rtt = t0.elapsed();
+                    assert_eq!(&back[..n], &msg[..]);
+                    assert!(rtt < LIMIT, "{mode:?}: {n} byte echo took {rtt:?}");
+                    worst.push((n, rtt));
+                    if round == 0 {
+                        // Both directions are mid-flow: two pipes leased.
+                        assert_eq!(pipes_in_use(), if mode == Mode::Splice { 2 } else { 0 });
+                    }
+                }
+            }
+            cl.shutdown().await.unwrap();
+            assert_eq!(cl.read(&mut back).await.unwrap(), 0);
+            worst
+        };
+        let m = Counting::default();
+        let (out, (), worst) = tokio::join!(
+            forward(
+                r.proxy_client,
+                r.proxy_server,
+                Vec::new(),
+                mode,
+                FlowTimeouts::default(),
+                &m
+            ),
+            echo,
+            client
+        );
+        assert!(matches!(out.end, End::Done), "{mode:?}: {:?}", out.end);
+        assert_eq!(out.mode, mode);
+        let max = worst.iter().map(|w| w.1).max().unwrap();
+        eprintln!("{mode:?}: worst echo round trip {max:?}");
+    }
+    assert_eq!(pipes_in_use(), 0);
+}
+
+async fn timed_flow(
+    mode: Mode,
+    t: FlowTimeouts,
+    script: impl std::future::Future<Output = ()>,
+    r: Rig,
+) -> (Outcome, Duration) {
+    let pool = PipePool::new(None, 8);
+    let started = Instant::now();
+    let _keep = (r.client, r.server);
+    let (out, ()) = tokio::join!(
+        proxy(&pool, r.proxy_client, r.proxy_server, Vec::new(), mode, t),
+        script
+    );
+    (out, started.elapsed())
+}
+
+const MS200: Duration = Duration::from_millis(200);
+
+#[tokio::test(flavor = "current_thread")]
+async fn client_and_server_timeouts_fire() {
+    for mode in MODES {
+        let t = FlowTimeouts {
+            client: Some(MS200),
+            ..Default::default()
+        };
+        let (out, took) = timed_flow(mode, t, async {}, rig().await).await;
+        assert!(
+            matches!(out.end, End::ClientTimeout),
+            "{mode:?}: {:?}",
+            out.end
+        );
+        assert!(
+            took >= MS200 && took < Duration::from_secs(1),
+            "{mode:?}: {took:?}"
+        );
+
+        let t = FlowTimeouts {
+            server: Some(MS200),
+            ..Default::default()
+        };
+        let (out, took) = timed_flow(mode, t, async {}, rig().await).await;
+        assert!(
+            matches!(out.end, End::ServerTimeout),
+            "{mode:?}: {:?}",
+            out.end
+        );
+        assert!(
+            took >= MS200 && took < Duration::from_secs(1),
+            "{mode:?}: {took:?}"
+        );
+
+        // tunnel replaces both.
+        let long = Some(Duration::from_secs(10));
+        let t = FlowTimeouts {
+            client: long,
+            server: long,
+            tunnel: Some(MS200),
+            ..Default::default()
+        };
+        let (out, took) = timed_flow(mode, t, async {}, rig().await).await;
+        assert!(
+            matches!(out.end, End::ClientTimeout | End::ServerTimeout),
+            "{mode:?}: {:?}",
+            out.end
+        );
+        assert!(
+            took >= MS200 && took < Duration::from_secs(1),
+            "{mode:?}: {took:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn activity_postpones_timeout() {
+    for mode in MODES {
+        let pool = PipePool::new(None, 8);
+        let mut r = rig().await;
+        let t = FlowTimeouts {
+            client: Some(Duration::from_millis(300)),
+            ..Default::default()
+        };
+        let started = Instant::now();
+        let script = async {
+            // One byte every 100 ms for 1 s keeps the client side alive.
+            for _ in 0..10 {
+                r.client.write_all(b"x").await.unwrap();
+                let mut b = [0u8; 1];
+                r.server.read_exact(&mut b).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        let (out, ()) = tokio::join!(
+            proxy(&pool, r.proxy_client, r.proxy_server, Vec::new(), mode, t),
+            script
+        );
+        let took = started.elapsed();
+        assert!(
+            matches!(out.end, End::ClientTimeout),
+            "{mode:?}: {:?}",
+            out.end
+        );
+        assert_eq!(out.to_server, 10);
+        assert!(
+            took >= Duration::from_millis(1200) && took < Duration::from_secs(3),
+            "{mode:?}: {took:?}"
+        );
+    }
+}
+
+/// After the client's half-close, `client_fin` replaces `client`; without
+/// it the flow outlives that delay.
+#[tokio::test(flavor = "current_thread")]
+async fn client_fin_applies_after_half_close() {
+    let long = Some(Duration::from_secs(5));
+    for mode in MODES {
+        for fin in [Some(MS200), None] {
+            let pool = PipePool::new(None, 8);
+            let mut r = rig().await;
+            let t = FlowTimeouts {
+                client: long,
+                server: long,
+                client_fin: fin,
+                ..Default::default()
+            };
+            let started = Instant::now();
+            let script = async {
+                r.client.write_all(b"req").await.unwrap();
+                r.client.shutdown().await.unwrap();
+                let mut got = Vec::new();
+                r.server.read_to_end(&mut got).await.unwrap();
+                assert_eq!(got, b"req");
+                // The server keeps its side open and says nothing.
+            };
+            let run = async {
+                let (out, ()) = tokio::join!(
+                    proxy(&pool, r.proxy_client, r.proxy_server, Vec::new(), mode, t),
+                    script
+                );
+                out
+            };
+            match tokio::time::timeout(Duration::from_millis(800), run).await {
+                Ok(out) => {
+                    let took = started.elapsed();
+                    assert!(
+                        fin.is_some(),
+                        "{mode:?}: ended without client_fin: {:?}",
+                        out.end
+                    );
+                    assert!(
+                        matches!(out.end, End::ClientTimeout),
+                        "{mode:?}: {:?}",
+                        out.end
+                    );
+                    assert!(
+                        took >= MS200 && took < Duration::from_millis(700),
+                        "{mode:?}: {took:?}"
+                    );
+                }
+                Err(_) => assert!(fin.is_none(), "{mode:?}: client_fin did not fire"),
+            }
+        }
+    }
+}
+
+/// Throughput of one 1 GiB client->server transfer through the proxy.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "benchmark: moves 1 GiB per mode; run with --release -- --ignored --nocapture bench_"]
+async fn bench_1gib_throughput() {
+    const TOTAL: usize = 1 << 30;
+    const CHUNK: usize = 256 * 1024;
+    let runs = [
+        (Mode::Copy, None),
+        (Mode::Splice, None),
+        (Mode::Splice, Some(1 << 20)),
+    ];
+    for (mode, pipesize) in runs {
+        let pool = PipePool::new(pipesize, 8);
+        let mut r = rig().await;
+        let chunk = vec![0x5au8; CHUNK];
+        let started = Instant::now();
+        let client = async {
+            let mut sent = 0;
+            while sent < TOTAL {
+                r.client.write_all(&chunk).await.unwrap();
+                sent += CHUNK;
+            }
+            r.client.shutdown().await.unwrap();
+        };
+        let server = async {
+            let mut buf = vec![0u8; CHUNK];
+            let mut got = 0usize;
+            loop {
+                let n = r.server.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                got += n;
+            }
+            r.server.shutdown().await.unwrap();
+            got
+        };
+        let (out, (), got) = tokio::join!(
+            proxy(
+                &pool,
+                r.proxy_client,
+                r.proxy_server,
+                Vec::new(),
+                mode,
+                FlowTimeouts::default()
+            ),
+            client,
+            server
+        );
+        let secs = started.elapsed().as_secs_f64();
+        assert_eq!(got, TOTAL);
+        assert_eq!(out.mode, mode);
+        eprintln!(
+            "bench {mode:?} (pipesize {pipesize:?}): 1 GiB in {secs:.3} s = {:.2} Gbit/s",
+            (TOTAL as f64 * 8.0) / secs / 1e9
+        );
+    }
+}
