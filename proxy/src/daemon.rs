@@ -44,6 +44,8 @@ pub enum DaemonError {
         thread: usize,
         source: std::io::Error,
     },
+    #[error("forward-mode sockmap: BPF unavailable ({0})")]
+    BpfRequired(String),
     #[error("cannot drop privileges: {0}")]
     Privileges(String),
     #[error(transparent)]
@@ -64,6 +66,12 @@ pub enum Phase {
 pub struct State {
     pub config: Arc<Config>,
     pub forward_mode: ForwardMode,
+    /// Whether flows may be handed to the kernel (BPF loaded, mode allows it).
+    pub kernel: bool,
+    /// BPF status for `show info` and logs: "loaded" or why not.
+    pub bpf_status: String,
+    /// Flows forwarded per mode, for `show info` (sockmap, splice, copy).
+    pub flows_by_mode: [std::sync::atomic::AtomicU64; 3],
     pub backends: Vec<Arc<BackendRt>>,
     pub stats: Arc<Stats>,
     pub nbthread: usize,
@@ -171,6 +179,43 @@ fn drop_privileges(config: &Config) -> Result<(), DaemonError> {
     Ok(())
 }
 
+/// Load the BPF program when the mode may use it. `auto` without BPF warns
+/// once and runs on splice; a forced `sockmap` without BPF is a start-up error.
+fn load_bpf(config: &Config, mode: ForwardMode) -> Result<(bool, String), DaemonError> {
+    use crate::bpf::BpfStatus;
+    if matches!(mode, ForwardMode::Splice | ForwardMode::Copy) {
+        return Ok((
+            false,
+            format!("not loaded (forward-mode {})", mode_name(mode)),
+        ));
+    }
+    match crate::handoff::sockmap::init_kernel(config.global.sockmap_max_inflight) {
+        BpfStatus::Loaded => {
+            tracing::info!(
+                max_inflight = crate::handoff::sockmap::max_inflight(),
+                "BPF loaded: stream verdict attached to the SOCKHASH; forwarding with sockmap"
+            );
+            Ok((true, "loaded".to_string()))
+        }
+        BpfStatus::Unavailable(reason) if mode == ForwardMode::Sockmap => {
+            Err(DaemonError::BpfRequired(reason))
+        }
+        BpfStatus::Unavailable(reason) => {
+            tracing::warn!("BPF unavailable ({reason}); forwarding with splice");
+            Ok((false, format!("unavailable ({reason})")))
+        }
+    }
+}
+
+fn mode_name(m: ForwardMode) -> &'static str {
+    match m {
+        ForwardMode::Auto => "auto",
+        ForwardMode::Sockmap => "sockmap",
+        ForwardMode::Splice => "splice",
+        ForwardMode::Copy => "copy",
+    }
+}
+
 /// Run the daemon until it is stopped. Returns when every worker has exited.
 pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     let config = Arc::new(config);
@@ -178,6 +223,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     let forward_mode = opts.forward_mode.unwrap_or(config.global.forward_mode);
     crate::handoff::init_pipes(config.global.pipesize, config.global.maxpipes);
 
+    let (kernel, bpf_status) = load_bpf(&config, forward_mode)?;
     let listeners = bind_all(&config, nbthread)?;
     // Stats sockets: bound before dropping privileges; files removed when this drops.
     let mut cli_sockets = crate::cli::Sockets::bind(&config)?;
@@ -190,6 +236,9 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         stats: Stats::new(&config, nbthread),
         config: config.clone(),
         forward_mode,
+        kernel,
+        bpf_status,
+        flows_by_mode: Default::default(),
         nbthread,
         conns: AtomicUsize::new(0),
         conn_released: Notify::new(),

@@ -66,12 +66,13 @@ fn route(fe: &Frontend) -> Option<usize> {
 fn choose_mode(state: &State, fe: &Frontend, be: &Backend) -> Mode {
     match state.forward_mode {
         ForwardMode::Copy => Mode::Copy,
-        // Sockmap arrives with the kernel handoff; until then splice is the
-        // next best mode, and `auto` with or without `option splice-*` uses it.
-        ForwardMode::Splice | ForwardMode::Sockmap | ForwardMode::Auto => {
-            let _ = (fe.splice.any(), be.splice.any());
-            Mode::Splice
-        }
+        ForwardMode::Splice => Mode::Splice,
+        // Start-up refused a forced sockmap without BPF, so `kernel` holds.
+        ForwardMode::Sockmap => Mode::Sockmap,
+        // `option splice-*` asks for splice on that proxy where the mode is auto.
+        ForwardMode::Auto if fe.splice.any() || be.splice.any() => Mode::Splice,
+        ForwardMode::Auto if state.kernel => Mode::Sockmap,
+        ForwardMode::Auto => Mode::Splice,
     }
 }
 
@@ -203,6 +204,12 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
         &meter,
     )
     .await;
+    let mode_idx = match out.mode {
+        Mode::Sockmap => 0,
+        Mode::Splice => 1,
+        Mode::Copy => 2,
+    };
+    state.flows_by_mode[mode_idx].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     match &out.end {
         End::Done => {}
         End::ClientReset => {

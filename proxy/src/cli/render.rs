@@ -754,6 +754,43 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
         ty: "str",
         value: forward_mode_name(st.forward_mode).to_string(),
     });
+    v.push(InfoField {
+        pos: 73,
+        name: "Bpf",
+        tags: "CGS",
+        ty: "str",
+        value: st.bpf_status.clone(),
+    });
+    let names = ["SockmapFlows", "SpliceFlows", "CopyFlows"];
+    for (i, name) in names.into_iter().enumerate() {
+        v.push(InfoField {
+            pos: 74 + i as u32,
+            name,
+            tags: "CGS",
+            ty: "u64",
+            value: st.flows_by_mode[i]
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .to_string(),
+        });
+    }
+    let k = crate::handoff::sockmap::info();
+    let kernel = [
+        ("SockhashEntries", k.sockhash_entries as u64),
+        ("SockmapFlowEntries", k.flow_entries as u64),
+        ("SockmapPauses", k.pauses),
+        ("SockmapInflightPeak", k.peak_inflight as u64),
+        ("SockmapFallbacks", k.fallbacks),
+        ("SockmapRedirectErrors", k.redirect_errors),
+    ];
+    for (i, (name, value)) in kernel.into_iter().enumerate() {
+        v.push(InfoField {
+            pos: 77 + i as u32,
+            name,
+            tags: "CGS",
+            ty: "u64",
+            value: value.to_string(),
+        });
+    }
     v
 }
 

@@ -78,6 +78,9 @@ pub struct Global {
     pub forward_mode: ForwardMode,
     /// `tune.pipesize` in bytes; `None` keeps the kernel default (64 KiB).
     pub pipesize: Option<usize>,
+    /// `tune.sockmap.max-inflight`: bytes one direction of a kernel-forwarded
+    /// flow may hold in the kernel before it is paused; `None` = default (4 MiB).
+    pub sockmap_max_inflight: Option<usize>,
     /// `maxpipes`; default maxconn / 4 as HAProxy.
     pub maxpipes: usize,
     /// `tune.runqueue-depth`; `None` means HAProxy's default for the thread count.
@@ -101,6 +104,7 @@ impl Default for Global {
             stats_maxconn: 10,
             forward_mode: ForwardMode::Auto,
             pipesize: None,
+            sockmap_max_inflight: None,
             maxpipes: DEFAULT_MAXCONN / 4,
             runqueue_depth: None,
             sched_low_latency: false,

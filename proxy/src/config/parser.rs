@@ -35,6 +35,10 @@ pub const DEFAULT_RETRIES: u32 = 3;
 pub const MAX_RETRIES: u32 = 100;
 /// Smallest useful pipe: one page, the kernel's own minimum.
 pub const MIN_PIPESIZE: u64 = 4096;
+/// Bounds of `tune.sockmap.max-inflight`: below 256 KiB a bulk flow would
+/// pause on every burst; above 1 GiB the bound no longer protects memory.
+const MIN_SOCKMAP_INFLIGHT: u64 = 256 << 10;
+const MAX_SOCKMAP_INFLIGHT: u64 = 1 << 30;
 /// Largest `tune.pipesize` accepted (the kernel may still refuse beyond
 /// /proc/sys/fs/pipe-max-size for unprivileged processes).
 pub const MAX_PIPESIZE: u64 = 256 << 20;
@@ -206,6 +210,7 @@ const GLOBAL_KEYWORDS: &[&str] = &[
     "stats",
     "forward-mode",
     "tune.pipesize",
+    "tune.sockmap.max-inflight",
     "maxpipes",
     "tune.runqueue-depth",
     "tune.sched.low-latency",
@@ -710,6 +715,19 @@ impl<'e> Parser<'e> {
                     "'forward-mode' expects 'auto', 'sockmap', 'splice' or 'copy'.".to_string()
                 })?;
                 g.forward_mode = v.parse().map_err(|e| format!("'forward-mode' : {e}"))?;
+            }
+            "tune.sockmap.max-inflight" => {
+                let v = val.ok_or_else(|| {
+                    "'tune.sockmap.max-inflight' expects a size argument.".to_string()
+                })?;
+                let n = parse_size(v)
+                    .map_err(|e| format!("{e} in argument to 'tune.sockmap.max-inflight'."))?;
+                if !(MIN_SOCKMAP_INFLIGHT..=MAX_SOCKMAP_INFLIGHT).contains(&n) {
+                    return Err(format!(
+                        "'tune.sockmap.max-inflight' value must be between {MIN_SOCKMAP_INFLIGHT} and {MAX_SOCKMAP_INFLIGHT} (was {n})"
+                    ));
+                }
+                g.sockmap_max_inflight = Some(n as usize);
             }
             "tune.pipesize" => {
                 let v =

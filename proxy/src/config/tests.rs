@@ -1272,7 +1272,10 @@ fn shipped_examples_are_valid() {
         }
     }
     for must in ["basic.cfg", "demo.cfg", "full.cfg"] {
-        assert!(seen.iter().any(|s| s == must), "{must} missing from {seen:?}");
+        assert!(
+            seen.iter().any(|s| s == must),
+            "{must} missing from {seen:?}"
+        );
     }
 }
 

@@ -16,6 +16,7 @@
 mod copy;
 mod flow;
 mod pool;
+pub mod sockmap;
 mod splice;
 #[cfg(test)]
 mod tests;
@@ -44,6 +45,8 @@ pub const BURST_BYTES: usize = 1 << 20;
 pub enum Mode {
     Copy,
     Splice,
+    /// The kernel redirects the bytes (BPF SOCKHASH + sk_skb verdict).
+    Sockmap,
 }
 
 /// Inactivity timeouts (HAProxy `timeout client|server|tunnel|client-fin|
@@ -136,9 +139,31 @@ pub(crate) async fn forward_in(
         }
     }
     let flow = Flow::new(meter);
+    let mut pending = pending;
+    let mut mode = mode;
+    if mode == Mode::Sockmap {
+        match forward_kernel(
+            &flow,
+            &client,
+            &server,
+            std::mem::take(&mut pending),
+            timeouts,
+        )
+        .await
+        {
+            Ok(end) => return finish(&flow, &client, &server, Mode::Sockmap, end),
+            Err(KernelFallback::Splice(why)) => {
+                tracing::debug!(reason = %why, "flow not eligible for sockmap; splicing");
+                mode = Mode::Splice;
+            }
+            Err(KernelFallback::Failed(end)) => {
+                return finish(&flow, &client, &server, Mode::Sockmap, end)
+            }
+        }
+    }
     let pipes = match mode {
         Mode::Splice => pool.acquire_pair(),
-        Mode::Copy => None,
+        Mode::Copy | Mode::Sockmap => None,
     };
     let mut used = if pipes.is_some() {
         Mode::Splice
@@ -154,20 +179,68 @@ pub(crate) async fn forward_in(
         let s2c = direction(&flow, SERVER_TO_CLIENT, &server, &client, Vec::new(), down);
         drive(&flow, &timeouts, c2s, s2c).await
     };
+    if flow.fell_back.get() {
+        used = Mode::Copy;
+    }
+    finish(&flow, &client, &server, used, end)
+}
+
+/// Why `forward_kernel` did not run the flow to its end.
+enum KernelFallback {
+    /// Not inserted, nothing changed: forward with splice instead.
+    Splice(String),
+    /// The flow ended (or must end) before or during insertion.
+    Failed(End),
+}
+
+/// Sockmap mode: flush `pending`, insert the pair, watch both directions,
+/// remove the pair. See `sockmap`'s "Race window".
+async fn forward_kernel(
+    flow: &Flow<'_>,
+    client: &TcpStream,
+    server: &TcpStream,
+    pending: Vec<u8>,
+    timeouts: FlowTimeouts,
+) -> Result<End, KernelFallback> {
+    if let Err(e) = copy::write_all(flow, CLIENT_TO_SERVER, server, &pending).await {
+        return Err(KernelFallback::Failed(e.into_end()));
+    }
+    let ins = match sockmap::insert(client, server) {
+        Ok(i) => i,
+        Err(sockmap::NotEligible::Fallback(why)) => return Err(KernelFallback::Splice(why)),
+        Err(sockmap::NotEligible::Abort(e)) => return Err(KernelFallback::Failed(End::Error(e))),
+    };
+    let end = {
+        let c2s = sockmap::run(flow, &ins, CLIENT_TO_SERVER, client, server);
+        let s2c = sockmap::run(flow, &ins, SERVER_TO_CLIENT, server, client);
+        drive(flow, &timeouts, c2s, s2c).await
+    };
+    ins.account_final(flow);
+    // Dropping `ins` deletes both SOCKHASH keys and flow entries before the
+    // sockets close.
+    drop(ins);
+    Ok(end)
+}
+
+/// Propagate a reset to the other side and build the outcome.
+fn finish(
+    flow: &Flow<'_>,
+    client: &TcpStream,
+    server: &TcpStream,
+    used: Mode,
+    end: End,
+) -> Outcome {
     // One side reset: reset the other too (SO_LINGER {on,0}, then the drop
     // below closes it with RST).
     let reset_peer = match end {
-        End::ClientReset => Some(&server),
-        End::ServerReset => Some(&client),
+        End::ClientReset => Some(server),
+        End::ServerReset => Some(client),
         _ => None,
     };
     if let Some(s) = reset_peer {
         if let Err(e) = sock::set_linger_reset(s.as_fd()) {
             tracing::debug!(error = %e, "SO_LINGER reset failed");
         }
-    }
-    if flow.fell_back.get() {
-        used = Mode::Copy;
     }
     Outcome {
         to_server: flow.to_server(),

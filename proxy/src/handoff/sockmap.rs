@@ -1,0 +1,416 @@
+//! Kernel forwarding: both sockets of an established flow go into the BPF
+//! SOCKHASH and the `sk_skb` stream verdict moves the bytes; userspace only
+//! watches (activity, half-close, backpressure) and forwards the few bytes the
+//! verdict passes to it.
+//!
+//! Owns: the process-wide [`Bpf`] handle and the per-flow protocol around it:
+//! insertion, the pass/acknowledge gate, the drain check before FIN, pause and
+//! resume, and teardown. Must not: splice or copy a socket while it is in the
+//! SOCKHASH except through the gate below, or leave a map entry behind.
+//!
+//! # Race window
+//! Reordering is impossible by construction, not unlikely:
+//!
+//! * **Before insertion** userspace writes every byte it already holds
+//!   (`pending`) to the server and waits until the write completed, so those
+//!   bytes are in the server socket's send queue ahead of anything the kernel
+//!   can redirect later. Bytes that arrived after userspace's last read are
+//!   still in the receive queue; nobody reads them here.
+//! * **Insertion** ([`Bpf::insert_pair`]) creates the flow entries with
+//!   `ready = 0`, inserts both sockets crosswise, then we set `ready = 1`
+//!   with `passed_ack = 0` and kick each socket with `SO_RCVLOWAT`, which runs
+//!   the verdict over the queued bytes, in order, under the socket lock. A
+//!   segment that reached the verdict between insertion and `ready` was
+//!   passed and counted; the gate below then keeps the direction in pass mode
+//!   until userspace has forwarded it.
+//! * **The gate.** The verdict redirects a segment only when `ready`, not
+//!   `paused`, and its own count of passed bytes equals the `passed_ack` that
+//!   userspace writes after it has *written* the passed bytes to the peer.
+//!   The verdicts of one socket run one at a time, and the run that decides
+//!   "pass" is the run that bumps the count, so a redirect can only follow
+//!   passed bytes that are already in the peer's send queue.
+//! * **Passed bytes never overtake redirected ones.** Before writing passed
+//!   bytes, userspace waits until the peer's send queue has absorbed every
+//!   byte the kernel redirected to it (`acked + SIOCOUTQ` of the peer, from a
+//!   baseline taken before insertion, has reached `redirected + written`).
+//!   While passed bytes are unacknowledged nothing is redirected, so the
+//!   redirected count is final during that wait.
+//! * **Half-close.** The kernel does not propagate FIN. When the source reads
+//!   EOF, userspace runs the same drain check and only then shuts the peer's
+//!   write side, because shutting it earlier drops the psock backlog.
+//! * **Teardown.** Both SOCKHASH keys and both flow entries are deleted when
+//!   the flow ends, on every path (a guard's `Drop`), before the sockets
+//!   close. A clean end has drained both directions first.
+//!
+//! # Backpressure
+//! A redirect consumes the source's receive queue, so TCP flow control stops
+//! working. Userspace measures the bytes the flow holds in the kernel per
+//! direction (redirected + written by us − acknowledged by the peer) and sets
+//! `paused` above the bound: the verdict passes again, userspace forwards
+//! through its own bounded buffer, and the source's receive window closes as
+//! with any proxy. Below half the bound it clears `paused`; the gate resumes
+//! redirection once userspace has caught up.
+
+use std::cell::Cell;
+use std::io;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use proxy_common::SockKey;
+use tokio::net::TcpStream;
+
+use super::copy;
+use super::flow::{Dir, DirError, Flow, Side};
+use crate::bpf::{Bpf, BpfStatus};
+use crate::sys::sock::{self, SendState};
+
+/// Default bound on bytes one direction of a flow may hold in the kernel.
+pub const DEFAULT_MAX_INFLIGHT: usize = 4 << 20;
+/// Smallest accepted bound: below this, flows would pause on every burst.
+pub const MIN_MAX_INFLIGHT: usize = 256 << 10;
+/// Userspace buffer for passed bytes (bounded: the rest waits in the kernel).
+const PASS_BUF: usize = 64 * 1024;
+/// Poll period while bytes are moving (counters, backpressure).
+const TICK_ACTIVE: Duration = Duration::from_millis(2);
+/// Poll period once a direction has been idle for a while.
+const TICK_IDLE: Duration = Duration::from_millis(200);
+/// Poll period of the drain check.
+const DRAIN_POLL: Duration = Duration::from_millis(1);
+
+static KERNEL: OnceLock<Bpf> = OnceLock::new();
+static MAX_INFLIGHT: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_INFLIGHT);
+/// Times a direction was paused for backpressure (process lifetime).
+static PAUSES: AtomicU64 = AtomicU64::new(0);
+/// Largest in-kernel byte count one direction was seen holding.
+static PEAK_INFLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// Flows that were not eligible and went to splice instead.
+static FALLBACKS: AtomicU64 = AtomicU64::new(0);
+
+/// Process-wide sockmap figures for `show info`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelInfo {
+    pub sockhash_entries: usize,
+    pub flow_entries: usize,
+    pub pauses: u64,
+    pub peak_inflight: usize,
+    pub fallbacks: u64,
+    pub redirect_errors: u64,
+}
+
+/// Current figures (map sizes are counted by walking the keys: cheap enough
+/// for a CLI command, never used on the forwarding path).
+pub fn info() -> KernelInfo {
+    let mut k = KernelInfo {
+        pauses: PAUSES.load(Ordering::Relaxed),
+        peak_inflight: PEAK_INFLIGHT.load(Ordering::Relaxed),
+        fallbacks: FALLBACKS.load(Ordering::Relaxed),
+        ..KernelInfo::default()
+    };
+    if let Some(b) = kernel() {
+        k.sockhash_entries = b.sockhash_len();
+        k.flow_entries = b.flow_map_len();
+        k.redirect_errors = b
+            .error_counters()
+            .map(|c| c[proxy_common::CTR_REDIRECT_FAILED as usize])
+            .unwrap_or(0);
+    }
+    k
+}
+
+/// Load the BPF program once for the process. Returns the loaded handle's
+/// status; on failure the reason is one line for operators.
+pub fn init_kernel(max_inflight: Option<usize>) -> BpfStatus {
+    if let Some(m) = max_inflight {
+        MAX_INFLIGHT.store(m.max(MIN_MAX_INFLIGHT), Ordering::Relaxed);
+    }
+    if KERNEL.get().is_some() {
+        return BpfStatus::Loaded;
+    }
+    match Bpf::load() {
+        Ok(b) => {
+            let _ = KERNEL.set(b);
+            BpfStatus::Loaded
+        }
+        Err(e) => BpfStatus::Unavailable(e.reason()),
+    }
+}
+
+/// The process's BPF handle, when loaded.
+pub fn kernel() -> Option<&'static Bpf> {
+    KERNEL.get()
+}
+
+/// The per-direction bound in bytes.
+pub fn max_inflight() -> usize {
+    MAX_INFLIGHT.load(Ordering::Relaxed)
+}
+
+/// Why a flow could not be handed to the kernel.
+#[derive(Debug)]
+pub enum NotEligible {
+    /// Nothing was changed: forward the flow another way.
+    Fallback(String),
+    /// The flow's state is unknown (a rollback may have dropped bytes): close it.
+    Abort(io::Error),
+}
+
+/// A flow inserted in the maps; deletes its entries when dropped.
+pub struct Inserted {
+    bpf: &'static Bpf,
+    pub cookie_client: SockKey,
+    pub cookie_server: SockKey,
+    base_client: SendState,
+    base_server: SendState,
+    /// Redirected bytes already accounted, per source (client, server).
+    seen: [Cell<u64>; 2],
+}
+
+impl Drop for Inserted {
+    fn drop(&mut self) {
+        self.bpf.remove_pair(self.cookie_client, self.cookie_server);
+    }
+}
+
+fn is_established(s: &TcpStream) -> bool {
+    // A peer that already sent FIN makes insertion fail (EOPNOTSUPP); check
+    // first so the common case never reaches the rollback path.
+    let mut probe = [0u8; 1];
+    !matches!(
+        nix::sys::socket::recv(
+            std::os::fd::AsRawFd::as_raw_fd(s),
+            &mut probe,
+            nix::sys::socket::MsgFlags::MSG_PEEK | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+        ),
+        Ok(0)
+    )
+}
+
+/// Insert the pair and switch it on (see "Race window"). `pending` must have
+/// been written to the server already.
+pub fn insert(client: &TcpStream, server: &TcpStream) -> Result<Inserted, NotEligible> {
+    let bpf = kernel().ok_or_else(|| NotEligible::Fallback("BPF not loaded".into()))?;
+    if !is_established(client) || !is_established(server) {
+        FALLBACKS.fetch_add(1, Ordering::Relaxed);
+        return Err(NotEligible::Fallback("peer already half-closed".into()));
+    }
+    let base_client =
+        sock::send_state(client.as_fd()).map_err(|e| NotEligible::Fallback(e.to_string()))?;
+    let base_server =
+        sock::send_state(server.as_fd()).map_err(|e| NotEligible::Fallback(e.to_string()))?;
+    let (cookie_client, cookie_server) = match bpf.insert_pair(client, server) {
+        Ok(c) => c,
+        Err(e) if e.rolled_back_client() => {
+            return Err(NotEligible::Abort(io::Error::other(e.to_string())))
+        }
+        // EOPNOTSUPP (CLOSE_WAIT), EBUSY, map full, ...: nothing was kept.
+        Err(e) => {
+            FALLBACKS.fetch_add(1, Ordering::Relaxed);
+            return Err(NotEligible::Fallback(e.to_string()));
+        }
+    };
+    let ins = Inserted {
+        bpf,
+        cookie_client,
+        cookie_server,
+        base_client,
+        base_server,
+        seen: [Cell::new(0), Cell::new(0)],
+    };
+    for (cookie, s) in [(cookie_client, client), (cookie_server, server)] {
+        let on = bpf
+            .set_ready(cookie, true)
+            .map_err(|e| io::Error::other(e.to_string()))
+            .and_then(|()| sock::set_rcvlowat(s.as_fd(), 1));
+        if let Err(e) = on {
+            // Bytes may already have been passed to a psock that the drop
+            // below frees: the flow cannot continue safely.
+            return Err(NotEligible::Abort(e));
+        }
+    }
+    Ok(ins)
+}
+
+impl Inserted {
+    fn cookie(&self, side: Side) -> SockKey {
+        match side {
+            Side::Client => self.cookie_client,
+            Side::Server => self.cookie_server,
+        }
+    }
+
+    fn base(&self, side: Side) -> SendState {
+        match side {
+            Side::Client => self.base_client,
+            Side::Server => self.base_server,
+        }
+    }
+
+    fn seen(&self, from: Side) -> &Cell<u64> {
+        match from {
+            Side::Client => &self.seen[0],
+            Side::Server => &self.seen[1],
+        }
+    }
+
+    /// Bytes the kernel redirected from `from` so far.
+    fn redirected(&self, from: Side) -> Result<u64, io::Error> {
+        self.bpf
+            .stats(self.cookie(from))
+            .map(|s| s.redirected_bytes)
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
+    /// Account kernel-forwarded bytes of direction `dir` into the flow's
+    /// counters (live stats and activity). Returns the redirected total.
+    fn account(&self, flow: &Flow<'_>, dir: Dir) -> Result<u64, io::Error> {
+        let total = self.redirected(dir.from)?;
+        let seen = self.seen(dir.from);
+        if total > seen.get() {
+            let delta = total - seen.get();
+            seen.set(total);
+            flow.touch(dir.from);
+            flow.wrote(dir.to, delta as usize);
+        }
+        Ok(total)
+    }
+
+    /// Final accounting once the maps are about to go.
+    pub fn account_final(&self, flow: &Flow<'_>) {
+        for dir in [super::flow::CLIENT_TO_SERVER, super::flow::SERVER_TO_CLIENT] {
+            let _ = self.account(flow, dir);
+        }
+    }
+}
+
+/// Per-direction userspace state.
+struct DirState {
+    /// Bytes userspace wrote to `to` since the baseline.
+    written: u64,
+    /// Bytes userspace read from `from` (the acknowledgement it gives).
+    acked: u64,
+    paused: bool,
+}
+
+/// Sent-to-`to` progress since the baseline.
+fn progress(ins: &Inserted, dir: Dir, to: &TcpStream) -> Result<SendState, DirError> {
+    let now = sock::send_state(to.as_fd()).map_err(|e| DirError::new(dir.to, e))?;
+    let base = ins.base(dir.to);
+    Ok(SendState {
+        acked: now.acked.saturating_sub(base.acked),
+        queued: now.queued,
+    })
+}
+
+/// Wait until every byte destined to `to` (redirected by the kernel or
+/// written by us) has entered `to`'s send queue.
+async fn drain(
+    flow: &Flow<'_>,
+    ins: &Inserted,
+    dir: Dir,
+    to: &TcpStream,
+    st: &DirState,
+) -> Result<(), DirError> {
+    loop {
+        let redirected = ins
+            .account(flow, dir)
+            .map_err(|e| DirError::new(dir.from, e))?;
+        let p = progress(ins, dir, to)?;
+        // `progress` counts from the baseline: acked since then plus what is
+        // queued now, and the queue at baseline time was already acked or is
+        // still queued, so compare against what was queued at baseline too.
+        let entered = p.acked + p.queued;
+        let owed = redirected + st.written + ins.base(dir.to).queued;
+        if entered >= owed {
+            return Ok(());
+        }
+        tokio::time::sleep(DRAIN_POLL).await;
+    }
+}
+
+/// Pause or resume the direction from the bytes it holds in the kernel.
+fn regulate(
+    ins: &Inserted,
+    dir: Dir,
+    to: &TcpStream,
+    st: &mut DirState,
+    redirected: u64,
+) -> Result<(), DirError> {
+    let p = progress(ins, dir, to)?;
+    let sent = redirected + st.written + ins.base(dir.to).queued;
+    let inflight = sent.saturating_sub(p.acked) as usize;
+    PEAK_INFLIGHT.fetch_max(inflight, Ordering::Relaxed);
+    let bound = max_inflight();
+    let want = if st.paused {
+        inflight > bound / 2
+    } else {
+        inflight > bound * 3 / 4
+    };
+    if want != st.paused {
+        ins.bpf
+            .set_paused(ins.cookie(dir.from), want)
+            .map_err(|e| DirError::new(dir.from, io::Error::other(e.to_string())))?;
+        st.paused = want;
+        if want {
+            PAUSES.fetch_add(1, Ordering::Relaxed);
+        }
+        tracing::trace!(?dir, inflight, paused = want, "sockmap backpressure");
+    }
+    Ok(())
+}
+
+/// Watch one direction of an inserted flow until EOF was propagated.
+pub async fn run(
+    flow: &Flow<'_>,
+    ins: &Inserted,
+    dir: Dir,
+    from: &TcpStream,
+    to: &TcpStream,
+) -> Result<(), DirError> {
+    let mut st = DirState {
+        written: 0,
+        acked: 0,
+        paused: false,
+    };
+    let mut buf = vec![0u8; PASS_BUF];
+    let mut tick = TICK_ACTIVE;
+    loop {
+        tokio::select! {
+            r = from.readable() => {
+                r.map_err(|e| DirError::new(dir.from, e))?;
+                match from.try_read(&mut buf) {
+                    Ok(0) => {
+                        flow.shut(dir.from);
+                        drain(flow, ins, dir, to, &st).await?;
+                        return copy::propagate_eof(flow, dir, to);
+                    }
+                    Ok(n) => {
+                        // Passed bytes: never ahead of redirected ones.
+                        flow.touch(dir.from);
+                        drain(flow, ins, dir, to, &st).await?;
+                        copy::write_all(flow, dir, to, &buf[..n]).await?;
+                        st.written += n as u64;
+                        st.acked += n as u64;
+                        ins.bpf
+                            .ack_passed(ins.cookie(dir.from), st.acked)
+                            .map_err(|e| DirError::new(dir.from, io::Error::other(e.to_string())))?;
+                        tick = TICK_ACTIVE;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(DirError::new(dir.from, e)),
+                }
+            }
+            () = tokio::time::sleep(tick) => {
+                let before = ins.seen(dir.from).get();
+                let redirected = ins.account(flow, dir).map_err(|e| DirError::new(dir.from, e))?;
+                regulate(ins, dir, to, &mut st, redirected)?;
+                tick = if redirected > before || st.paused {
+                    TICK_ACTIVE
+                } else {
+                    (tick * 2).min(TICK_IDLE)
+                };
+            }
+        }
+    }
+}
