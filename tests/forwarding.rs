@@ -39,7 +39,7 @@ fn bidirectional(mode: &str, size: usize) {
         *g2.lock().expect("lock") = sha256(&up);
         writer.join().expect("writer");
     });
-    let (_shunt, addr) = start(&[server.addr], "", mode);
+    let (shunt, addr) = start(&[server.addr], "", mode);
     let up = pattern(size, 0x5eed);
     let mut c = connect(addr);
     let mut w = c.try_clone().expect("clone");
@@ -65,16 +65,16 @@ fn bidirectional(mode: &str, size: usize) {
 
 #[test]
 fn integrity_64mib_each_way() {
-    for mode in USERSPACE_MODES {
+    for mode in forwarding_modes() {
         bidirectional(mode, 64 * MIB);
     }
 }
 
 #[test]
 fn integrity_200_concurrent_flows() {
-    for mode in USERSPACE_MODES {
+    for mode in forwarding_modes() {
         let server = Server::echo();
-        let (_shunt, addr) = start(&[server.addr], "", mode);
+        let (shunt, addr) = start(&[server.addr], "", mode);
         let clients: Vec<_> = (0..200u64)
             .map(|i| {
                 std::thread::spawn(move || {
@@ -98,12 +98,13 @@ fn integrity_200_concurrent_flows() {
         for c in clients {
             c.join().expect("client thread");
         }
+        assert_mode(&shunt.sock(), mode);
     }
 }
 
 #[test]
 fn half_close_client_first_and_server_first() {
-    for mode in USERSPACE_MODES {
+    for mode in forwarding_modes() {
         // Client sends N then SHUT_WR; server reads N, sees EOF, replies M and closes.
         let (n, m) = (3 * MIB + 17, 2 * MIB + 5);
         let server = Server::start(move |mut s| {
@@ -175,7 +176,7 @@ fn expect_reset(s: &mut TcpStream, what: &str) {
 
 #[test]
 fn reset_propagates_both_ways() {
-    for mode in USERSPACE_MODES {
+    for mode in forwarding_modes() {
         // Server resets: the client sees a reset.
         let server = Server::start(|mut s| {
             let mut b = [0u8; 5];
@@ -251,7 +252,7 @@ fn splice_cork_regression() {
 
 #[test]
 fn dead_server_retries_then_redispatch() {
-    for mode in USERSPACE_MODES {
+    for mode in forwarding_modes() {
         let live = Server::echo();
         let dead = SocketAddr::from(([127, 0, 0, 1], free_port()));
         // `balance first` sends the flow to the dead s1; the last retry redispatches to s2.
@@ -285,7 +286,7 @@ fn dead_server_retries_then_redispatch() {
 
 #[test]
 fn all_servers_down_closes_client() {
-    for mode in USERSPACE_MODES {
+    for mode in forwarding_modes() {
         let dead1 = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let dead2 = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let (shunt, addr) = start(
@@ -313,7 +314,7 @@ fn all_servers_down_closes_client() {
 
 #[test]
 fn server_maxconn_queues_and_queue_timeout() {
-    for mode in USERSPACE_MODES {
+    for mode in forwarding_modes() {
         let cur = Arc::new(AtomicUsize::new(0));
         let peak = Arc::new(AtomicUsize::new(0));
         let (c2, p2) = (cur.clone(), peak.clone());

@@ -376,3 +376,76 @@ pub fn stat(sock: &Path, px: &str, sv: &str, col: &str) -> u64 {
         .parse()
         .unwrap_or(0)
 }
+
+/// `show info` as key → value.
+pub fn show_info(sock: &Path) -> std::collections::HashMap<String, String> {
+    cli(sock, "show info")
+        .lines()
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// One numeric `show info` field.
+pub fn info_u64(sock: &Path, key: &str) -> u64 {
+    show_info(sock)
+        .get(key)
+        .unwrap_or_else(|| panic!("no show info field {key}"))
+        .parse()
+        .unwrap_or_else(|_| panic!("show info field {key} is not a number"))
+}
+
+/// Whether tests may use the BPF path. Under `SHUNT_REQUIRE_BPF=1` (CI) it is
+/// required: a shunt that cannot load BPF fails the test. Otherwise, without
+/// root, the BPF part is skipped loudly.
+pub fn bpf_wanted() -> bool {
+    if std::env::var("SHUNT_REQUIRE_BPF").as_deref() == Ok("1") {
+        return true;
+    }
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("!!!!! SKIPPED the sockmap mode: not root and SHUNT_REQUIRE_BPF is not 1");
+    }
+    root
+}
+
+/// The modes every forwarding test runs in: copy, splice, and sockmap where BPF is wanted.
+pub fn forwarding_modes() -> Vec<&'static str> {
+    let mut m = USERSPACE_MODES.to_vec();
+    if bpf_wanted() {
+        m.push("sockmap");
+    }
+    m
+}
+
+/// Assert that flows of `shunt` were forwarded in `mode` and no other, and
+/// that the kernel path (if used) is loaded.
+pub fn assert_mode(sock: &Path, mode: &str) {
+    let info = show_info(sock);
+    let get = |k: &str| -> u64 { info.get(k).and_then(|v| v.parse().ok()).unwrap_or(0) };
+    let (s, p, c) = (get("SockmapFlows"), get("SpliceFlows"), get("CopyFlows"));
+    let want = match mode {
+        "sockmap" => {
+            assert_eq!(
+                info.get("Bpf").map(String::as_str),
+                Some("loaded"),
+                "BPF must be loaded"
+            );
+            // A client that sent FIN before insertion is spliced instead;
+            // every such flow is counted as a fallback.
+            let fallbacks = get("SockmapFallbacks");
+            (
+                s > 0 && p == fallbacks && c == 0,
+                "sockmap (splice only as counted fallback)",
+            )
+        }
+        "splice" => (p > 0 && s == 0 && c == 0, "splice"),
+        _ => (c > 0 && s == 0 && p == 0, "copy"),
+    };
+    assert!(
+        want.0,
+        "flows must use {}: sockmap {s}, splice {p}, copy {c}",
+        want.1
+    );
+}

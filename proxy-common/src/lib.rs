@@ -69,6 +69,13 @@ pub const CTR_PASS_NOT_READY: u32 = 4;
 pub const CTR_PASS_PAUSED: u32 = 5;
 /// Segments passed because userspace had not acknowledged every passed byte.
 pub const CTR_PASS_UNACKED: u32 = 6;
+/// Segments without payload (a bare FIN) consumed by the verdict (SK_DROP of
+/// zero bytes). Redirected, or passed while the psock has a backlog, such a
+/// segment reaches the kernel's backlog worker, which takes a zero-length
+/// transfer for a broken pipe: EPIPE on the socket and transmission stopped
+/// for good. The FIN itself is already recorded by TCP (the socket reads
+/// EOF) and userspace propagates it.
+pub const CTR_PASS_EMPTY: u32 = 7;
 /// Number of slots in the counters array (spare slots keep room to grow).
 pub const COUNTERS_LEN: u32 = 8;
 /// Human names of the counter slots, indexed by `CTR_*`.
@@ -80,7 +87,7 @@ pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
     "pass_not_ready",
     "pass_paused",
     "pass_unacked",
-    "reserved",
+    "empty_consumed",
 ];
 
 /// Key of the SOCKHASH and of both flow maps: a socket cookie
@@ -154,7 +161,7 @@ const _: () = assert!(SOCKHASH_NAME.len() <= 15);
 const _: () = assert!(FLOW_CTL_NAME.len() <= 15);
 const _: () = assert!(FLOW_STATS_NAME.len() <= 15);
 const _: () = assert!(COUNTERS_NAME.len() <= 15);
-const _: () = assert!(CTR_PASS_UNACKED < COUNTERS_LEN);
+const _: () = assert!(CTR_PASS_EMPTY < COUNTERS_LEN);
 
 /// Compile-time string equality, so the eBPF crate can check that the literal
 /// names its `#[map]` attributes need are the ones defined here.

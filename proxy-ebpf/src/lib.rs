@@ -16,7 +16,10 @@
 #![no_std]
 
 use aya_ebpf::{
-    bindings::{__sk_buff, sk_action::SK_PASS},
+    bindings::{
+        __sk_buff,
+        sk_action::{SK_DROP, SK_PASS},
+    },
     helpers::bpf_get_socket_cookie,
     macros::{map, stream_verdict},
     maps::{HashMap, PerCpuArray, SockHash},
@@ -25,7 +28,8 @@ use aya_ebpf::{
 };
 use proxy_common::{
     str_eq, FlowCtl, FlowStats, SockKey, COUNTERS_LEN, COUNTERS_NAME, CTR_NO_FLOW_CTL,
-    CTR_NO_FLOW_STATS, CTR_PASS_NOT_READY, CTR_PASS_PAUSED, CTR_PASS_UNACKED, CTR_REDIRECT_FAILED,
+    CTR_NO_FLOW_STATS, CTR_PASS_EMPTY, CTR_PASS_NOT_READY, CTR_PASS_PAUSED, CTR_PASS_UNACKED,
+    CTR_REDIRECT_FAILED,
     CTR_VERDICT_FAILED, FLOW_CAPACITY, FLOW_CTL_NAME, FLOW_MAP_FLAGS, FLOW_STATS_NAME,
     SOCKHASH_CAPACITY, SOCKHASH_NAME,
 };
@@ -92,6 +96,12 @@ fn try_verdict(ctx: &SkBuffContext) -> Result<u32, Miss> {
     // program; bpf_get_socket_cookie accepts it and only reads skb->sk.
     let cookie: SockKey = unsafe { bpf_get_socket_cookie(skb.cast()) };
     let len = u64::from(ctx.len());
+    if len == 0 {
+        // A bare FIN: consume it here (see CTR_PASS_EMPTY). No byte is lost,
+        // TCP already recorded the FIN, and the pass/ack counts are untouched.
+        bump(CTR_PASS_EMPTY);
+        return Ok(SK_DROP);
+    }
 
     // SAFETY: the value is a plain-old-data FlowCtl copied out at once; only
     // userspace replaces entries, and a replaced element stays readable (RCU).

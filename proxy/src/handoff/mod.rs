@@ -216,6 +216,9 @@ async fn forward_kernel(
         drive(flow, &timeouts, c2s, s2c).await
     };
     ins.account_final(flow);
+    if !matches!(end, End::Done) {
+        ins.debug_state(client, server);
+    }
     // Dropping `ins` deletes both SOCKHASH keys and flow entries before the
     // sockets close.
     drop(ins);
@@ -304,11 +307,17 @@ async fn drive(
         tokio::select! {
             r = &mut c2s, if !up_done => match r {
                 Ok(()) => up_done = true,
-                Err(e) => return e.into_end(),
+                Err(e) => {
+                    tracing::debug!(error = %e, "client-to-server direction failed");
+                    return e.into_end();
+                }
             },
             r = &mut s2c, if !down_done => match r {
                 Ok(()) => down_done = true,
-                Err(e) => return e.into_end(),
+                Err(e) => {
+                    tracing::debug!(error = %e, "server-to-client direction failed");
+                    return e.into_end();
+                }
             },
             () = flow.shut_changed.notified() => {}
             () = sleep => {

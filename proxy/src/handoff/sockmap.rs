@@ -276,12 +276,38 @@ impl Inserted {
         Ok(total)
     }
 
+    /// Log both directions' kernel and socket state (abnormal ends only).
+    pub fn debug_state(&self, client: &TcpStream, server: &TcpStream) {
+        for (side, s) in [(Side::Client, client), (Side::Server, server)] {
+            let mut inq: libc::c_int = 0;
+            // SAFETY: FIONREAD writes one c_int into `inq`; the fd is open.
+            unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(s), libc::FIONREAD, &mut inq) };
+            tracing::debug!(
+                ?side,
+                stats = ?self.bpf.stats(self.cookie(side)).ok(),
+                ctl = ?self.bpf.ctl(self.cookie(side)).ok(),
+                send = ?sock::send_state(s.as_fd()).ok(),
+                base = ?self.base(side),
+                inq,
+                "sockmap flow state at abnormal end"
+            );
+        }
+    }
+
     /// Final accounting once the maps are about to go.
     pub fn account_final(&self, flow: &Flow<'_>) {
         for dir in [super::flow::CLIENT_TO_SERVER, super::flow::SERVER_TO_CLIENT] {
             let _ = self.account(flow, dir);
         }
     }
+}
+
+/// Bytes the kernel passed to userspace from `dir.from` so far.
+fn passed(ins: &Inserted, dir: Dir) -> Result<u64, DirError> {
+    ins.bpf
+        .stats(ins.cookie(dir.from))
+        .map(|s| s.passed_bytes)
+        .map_err(|e| DirError::new(dir.from, io::Error::other(e.to_string())))
 }
 
 /// Per-direction userspace state.
@@ -381,8 +407,24 @@ pub async fn run(
                 r.map_err(|e| DirError::new(dir.from, e))?;
                 match from.try_read(&mut buf) {
                     Ok(0) => {
+                        // EOF can be visible before the last passed bytes: a
+                        // passed segment queues behind the psock's backlog and
+                        // a kworker moves it to the socket later. No verdict
+                        // runs after FIN, so the kernel's passed count is final.
+                        if passed(ins, dir)? > st.acked {
+                            tokio::time::sleep(DRAIN_POLL).await;
+                            continue;
+                        }
                         flow.shut(dir.from);
                         drain(flow, ins, dir, to, &st).await?;
+                        tracing::debug!(
+                            ?dir,
+                            redirected = ins.seen(dir.from).get(),
+                            passed = passed(ins, dir)?,
+                            acked = st.acked,
+                            written = st.written,
+                            "sockmap direction at EOF, drained"
+                        );
                         return copy::propagate_eof(flow, dir, to);
                     }
                     Ok(n) => {
