@@ -61,6 +61,23 @@ fn bidirectional(mode: &str, size: usize) {
         sha256(&up),
         "{mode}: data to server"
     );
+    let sock = shunt.sock();
+    assert_mode(&sock, mode);
+    // Counters agree with what was sent (kernel-forwarded bytes included).
+    for (px, sv, col) in [
+        ("fe", "FRONTEND", "bin"),
+        ("fe", "FRONTEND", "bout"),
+        ("be", "BACKEND", "bin"),
+        ("be", "BACKEND", "bout"),
+        ("be", "s1", "bin"),
+        ("be", "s1", "bout"),
+    ] {
+        assert_eq!(
+            stat(&sock, px, sv, col),
+            size as u64,
+            "{mode}: {px}/{sv} {col}"
+        );
+    }
 }
 
 #[test]
