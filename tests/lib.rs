@@ -90,25 +90,13 @@ impl Shunt {
     /// Start shunt with `cfg` and extra arguments; wait until it has bound its
     /// listeners (it logs "shunt started").
     pub fn start(cfg: &str, args: &[&str]) -> Shunt {
-        let dir = TempDir::new("shunt");
-        let cfg_path = dir.path().join("shunt.cfg");
-        let cfg = cfg.replace("@DIR@", &dir.path().display().to_string());
-        std::fs::write(&cfg_path, cfg).expect("write config");
-        let log = std::fs::File::create(dir.path().join("stderr")).expect("log file");
-        let child = Command::new(shunt_bin())
-            .arg("-f")
-            .arg(&cfg_path)
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn shunt");
-        let mut s = Shunt {
-            child: Some(child),
-            dir,
-        };
+        Self::start_with(&[], cfg, args)
+    }
+
+    /// [`Shunt::start`] with `cmd_prefix` run in front of the binary (e.g.
+    /// `setpriv --reuid=65534 ...`); see [`Shunt::spawn_with`].
+    pub fn start_with(cmd_prefix: &[&str], cfg: &str, args: &[&str]) -> Shunt {
+        let mut s = Self::spawn_with(cmd_prefix, cfg, args);
         let t0 = Instant::now();
         while !s.stderr().contains("shunt started") {
             if let Some(st) = s.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
@@ -122,6 +110,51 @@ impl Shunt {
             std::thread::sleep(Duration::from_millis(20));
         }
         s
+    }
+
+    /// Spawn `cmd_prefix... shunt -f CFG args...` without waiting for it to
+    /// start (for runs expected to fail; see [`Shunt::wait`]). The scratch
+    /// directory is made mode 0777 and the config 0644 so that a shunt run as
+    /// another user can read its config and create its stats socket; with a
+    /// prefix, the binary is reached through a link (or copy) in the scratch
+    /// directory, since the build tree may not be searchable by that user.
+    pub fn spawn_with(cmd_prefix: &[&str], cfg: &str, args: &[&str]) -> Shunt {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = TempDir::new("shunt");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))
+            .expect("chmod scratch dir");
+        let cfg_path = dir.path().join("shunt.cfg");
+        let cfg = cfg.replace("@DIR@", &dir.path().display().to_string());
+        std::fs::write(&cfg_path, cfg).expect("write config");
+        std::fs::set_permissions(&cfg_path, std::fs::Permissions::from_mode(0o644))
+            .expect("chmod config");
+        let log = std::fs::File::create(dir.path().join("stderr")).expect("log file");
+        let mut cmd = match cmd_prefix.split_first() {
+            None => Command::new(shunt_bin()),
+            Some((first, rest)) => {
+                let bin = dir.path().join("shunt");
+                if std::fs::hard_link(shunt_bin(), &bin).is_err() {
+                    std::fs::copy(shunt_bin(), &bin).expect("copy shunt binary");
+                }
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin);
+                c
+            }
+        };
+        let child = cmd
+            .arg("-f")
+            .arg(&cfg_path)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn shunt");
+        Shunt {
+            child: Some(child),
+            dir,
+        }
     }
 
     /// The scratch directory (`@DIR@` in the config).

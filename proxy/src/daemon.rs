@@ -158,24 +158,58 @@ impl Drop for PidFile {
     }
 }
 
-/// Drop to `user`/`group` from the global section, after binding.
+/// Drop to `user`/`group` from the global section, after binding and after
+/// the BPF load, before any worker thread starts (capabilities are per
+/// thread; the workers inherit the main thread's sets).
+///
+/// Keeps only what the runtime needs: with BPF loaded, the per-flow map
+/// operations (SOCKHASH insert/delete with socket fds, flow map
+/// update/lookup/delete, key walks) are `bpf(2)` calls on descriptors the
+/// process already holds. Since Linux 6.5 those need no capability; older
+/// kernels with `kernel.unprivileged_bpf_disabled` set check CAP_BPF on every
+/// call, so the kernel is asked ([`crate::sys::caps::held_bpf_fd_needs_cap`])
+/// and CAP_BPF is kept only if it says so. Everything else (binding, the
+/// stats socket, the pidfile, map creation and program load) happened before.
 fn drop_privileges(config: &Config) -> Result<(), DaemonError> {
-    use nix::unistd::{setgid, setgroups, setuid, Group, User};
-    if let Some(g) = &config.global.group {
-        let gid = Group::from_name(g)
-            .map_err(|e| DaemonError::Privileges(format!("group '{g}': {e}")))?
-            .ok_or_else(|| DaemonError::Privileges(format!("unknown group '{g}'")))?
-            .gid;
-        setgroups(&[gid]).map_err(|e| DaemonError::Privileges(format!("setgroups: {e}")))?;
-        setgid(gid).map_err(|e| DaemonError::Privileges(format!("setgid({gid}): {e}")))?;
+    use crate::bpf::BpfStatus;
+    use crate::sys::caps::{self, Cap};
+    let (user, group) = (
+        config.global.user.as_deref(),
+        config.global.group.as_deref(),
+    );
+    if user.is_none() && group.is_none() {
+        return Ok(());
     }
-    if let Some(u) = &config.global.user {
-        let uid = User::from_name(u)
-            .map_err(|e| DaemonError::Privileges(format!("user '{u}': {e}")))?
-            .ok_or_else(|| DaemonError::Privileges(format!("unknown user '{u}'")))?
-            .uid;
-        setuid(uid).map_err(|e| DaemonError::Privileges(format!("setuid({uid}): {e}")))?;
-    }
+    let (keep, why): (Vec<Cap>, String) = match crate::bpf::status() {
+        BpfStatus::Loaded => match caps::held_bpf_fd_needs_cap() {
+            Ok(false) => (
+                Vec::new(),
+                "BPF loaded; map operations on held descriptors need no capability on this kernel"
+                    .to_string(),
+            ),
+            Ok(true) => (
+                vec![Cap::CAP_BPF],
+                "BPF loaded; this kernel checks CAP_BPF on every bpf(2) call \
+                 (unprivileged_bpf_disabled, Linux < 6.5)"
+                    .to_string(),
+            ),
+            Err(e) => (
+                vec![Cap::CAP_BPF],
+                format!("BPF loaded; keeping CAP_BPF since the probe failed: {e}"),
+            ),
+        },
+        BpfStatus::Unavailable(_) => (
+            Vec::new(),
+            "BPF not loaded; userspace forwarding needs no capability".to_string(),
+        ),
+    };
+    caps::drop_to(user, group, &keep).map_err(|e| DaemonError::Privileges(e.to_string()))?;
+    tracing::info!(
+        uid = %nix::unistd::getuid(),
+        gid = %nix::unistd::getgid(),
+        kept = %caps::names(&caps::current_effective()),
+        "dropped privileges: {why}"
+    );
     Ok(())
 }
 
