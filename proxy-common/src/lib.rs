@@ -65,7 +65,7 @@ pub const CTR_NO_FLOW_STATS: u32 = 2;
 pub const CTR_REDIRECT_FAILED: u32 = 3;
 /// Segments passed because the direction was not ready yet.
 pub const CTR_PASS_NOT_READY: u32 = 4;
-/// Segments passed because the direction was paused.
+/// Segments passed because the direction was paused or over its redirect limit.
 pub const CTR_PASS_PAUSED: u32 = 5;
 /// Segments passed because userspace had not acknowledged every passed byte.
 pub const CTR_PASS_UNACKED: u32 = 6;
@@ -108,6 +108,11 @@ pub type SockKey = u64;
 pub struct FlowCtl {
     /// `FlowStats::passed_bytes` value userspace has consumed and forwarded.
     pub passed_ack: u64,
+    /// Backpressure bound kept by the kernel itself: a segment is redirected
+    /// only while `redirected_bytes + len <= redirect_limit`; past it the
+    /// verdict passes (so TCP flow control applies again) until userspace
+    /// raises the limit as the destination drains. 0 = no limit.
+    pub redirect_limit: u64,
     /// Non-zero once userspace flushed what it held before the handoff.
     pub ready: u32,
     /// Non-zero: backpressure, pass to userspace so TCP flow control applies.
@@ -144,7 +149,7 @@ pub struct FlowState {
 }
 
 /// Size of [`FlowCtl`] in bytes, as the map definition on both sides uses it.
-pub const FLOW_CTL_SIZE: usize = 16;
+pub const FLOW_CTL_SIZE: usize = 24;
 /// Size of [`FlowStats`] in bytes.
 pub const FLOW_STATS_SIZE: usize = 40;
 /// Size of [`FlowState`] in bytes.
@@ -202,8 +207,9 @@ mod tests {
         assert_eq!(core::mem::size_of::<FlowCtl>(), FLOW_CTL_SIZE);
         assert_eq!(core::mem::size_of::<FlowStats>(), FLOW_STATS_SIZE);
         assert_eq!(core::mem::size_of::<FlowState>(), FLOW_STATE_SIZE);
-        assert_eq!(core::mem::offset_of!(FlowCtl, ready), 8);
-        assert_eq!(core::mem::offset_of!(FlowCtl, paused), 12);
+        assert_eq!(core::mem::offset_of!(FlowCtl, redirect_limit), 8);
+        assert_eq!(core::mem::offset_of!(FlowCtl, ready), 16);
+        assert_eq!(core::mem::offset_of!(FlowCtl, paused), 20);
         assert_eq!(core::mem::offset_of!(FlowStats, redirect_failures), 32);
         assert_eq!(core::mem::offset_of!(FlowState, stats), FLOW_CTL_SIZE);
     }

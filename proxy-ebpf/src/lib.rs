@@ -118,7 +118,11 @@ fn try_verdict(ctx: &SkBuffContext) -> Result<u32, Miss> {
     let passed_bytes = unsafe { (*stats).passed_bytes };
     let pass_reason = if ctl.ready == 0 {
         Some(CTR_PASS_NOT_READY)
-    } else if ctl.paused != 0 {
+    } else if ctl.paused != 0
+        || (ctl.redirect_limit != 0
+            // SAFETY: see above.
+            && unsafe { (*stats).redirected_bytes } + len > ctl.redirect_limit)
+    {
         Some(CTR_PASS_PAUSED)
     } else if passed_bytes != ctl.passed_ack {
         Some(CTR_PASS_UNACKED)

@@ -79,7 +79,7 @@ pub struct Global {
     /// `tune.pipesize` in bytes; `None` keeps the kernel default (64 KiB).
     pub pipesize: Option<usize>,
     /// `tune.sockmap.max-inflight`: bytes one direction of a kernel-forwarded
-    /// flow may hold in the kernel before it is paused; `None` = default (4 MiB).
+    /// flow may hold in the kernel before it is paused; `None` = default (8 MiB).
     pub sockmap_max_inflight: Option<usize>,
     /// `maxpipes`; default maxconn / 4 as HAProxy.
     pub maxpipes: usize,

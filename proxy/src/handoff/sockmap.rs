@@ -58,7 +58,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use proxy_common::SockKey;
+use proxy_common::{FlowCtl, SockKey};
 use tokio::net::TcpStream;
 
 use super::copy;
@@ -67,7 +67,7 @@ use crate::bpf::{Bpf, BpfStatus};
 use crate::sys::sock::{self, SendState};
 
 /// Default bound on bytes one direction of a flow may hold in the kernel.
-pub const DEFAULT_MAX_INFLIGHT: usize = 4 << 20;
+pub const DEFAULT_MAX_INFLIGHT: usize = 8 << 20;
 /// Smallest accepted bound: below this, flows would pause on every burst.
 pub const MIN_MAX_INFLIGHT: usize = 256 << 10;
 /// Userspace buffer for passed bytes (bounded: the rest waits in the kernel).
@@ -76,13 +76,13 @@ const PASS_BUF: usize = 64 * 1024;
 const TICK_ACTIVE: Duration = Duration::from_millis(2);
 /// Poll period once a direction has been idle for a while.
 const TICK_IDLE: Duration = Duration::from_millis(200);
+/// The bound is raised in steps of `max_inflight() / LIMIT_STEPS` bytes.
+const LIMIT_STEPS: usize = 8;
 /// Poll period of the drain check.
 const DRAIN_POLL: Duration = Duration::from_millis(1);
 
 static KERNEL: OnceLock<Bpf> = OnceLock::new();
 static MAX_INFLIGHT: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_INFLIGHT);
-/// Times a direction was paused for backpressure (process lifetime).
-static PAUSES: AtomicU64 = AtomicU64::new(0);
 /// Largest in-kernel byte count one direction was seen holding.
 static PEAK_INFLIGHT: AtomicUsize = AtomicUsize::new(0);
 /// Flows that were not eligible and went to splice instead.
@@ -93,6 +93,7 @@ static FALLBACKS: AtomicU64 = AtomicU64::new(0);
 pub struct KernelInfo {
     pub sockhash_entries: usize,
     pub flow_entries: usize,
+    /// Segments the verdict passed for backpressure (paused or over the bound).
     pub pauses: u64,
     pub peak_inflight: usize,
     pub fallbacks: u64,
@@ -103,7 +104,6 @@ pub struct KernelInfo {
 /// for a CLI command, never used on the forwarding path).
 pub fn info() -> KernelInfo {
     let mut k = KernelInfo {
-        pauses: PAUSES.load(Ordering::Relaxed),
         peak_inflight: PEAK_INFLIGHT.load(Ordering::Relaxed),
         fallbacks: FALLBACKS.load(Ordering::Relaxed),
         ..KernelInfo::default()
@@ -111,10 +111,10 @@ pub fn info() -> KernelInfo {
     if let Some(b) = kernel() {
         k.sockhash_entries = b.sockhash_len();
         k.flow_entries = b.flow_map_len();
-        k.redirect_errors = b
-            .error_counters()
-            .map(|c| c[proxy_common::CTR_REDIRECT_FAILED as usize])
-            .unwrap_or(0);
+        if let Ok(c) = b.error_counters() {
+            k.redirect_errors = c[proxy_common::CTR_REDIRECT_FAILED as usize];
+            k.pauses = c[proxy_common::CTR_PASS_PAUSED as usize];
+        }
     }
     k
 }
@@ -218,9 +218,14 @@ pub fn insert(client: &TcpStream, server: &TcpStream) -> Result<Inserted, NotEli
         base_server,
         seen: [Cell::new(0), Cell::new(0)],
     };
-    for (cookie, s) in [(cookie_client, client), (cookie_server, server)] {
+    // Switch each direction on: ready, nothing passed yet, and the
+    // kernel-kept bound. Then kick the socket so queued bytes meet the verdict.
+    for (cookie, s, base_to) in [
+        (cookie_client, client, base_server),
+        (cookie_server, server, base_client),
+    ] {
         let on = bpf
-            .set_ready(cookie, true)
+            .set_ctl(cookie, initial_ctl(base_to))
             .map_err(|e| io::Error::other(e.to_string()))
             .and_then(|()| sock::set_rcvlowat(s.as_fd(), 1));
         if let Err(e) = on {
@@ -230,6 +235,26 @@ pub fn insert(client: &TcpStream, server: &TcpStream) -> Result<Inserted, NotEli
         }
     }
     Ok(ins)
+}
+
+/// The control a direction starts with once inserted.
+fn initial_ctl(base_to: SendState) -> FlowCtl {
+    FlowCtl {
+        passed_ack: 0,
+        redirect_limit: redirect_limit(base_to, 0, 0),
+        ready: 1,
+        paused: 0,
+    }
+}
+
+/// The kernel's redirect bound for a direction: the kernel may hold at most
+/// `max_inflight()` bytes for the destination (redirected or written by us
+/// and not yet acknowledged by the destination's peer), counted from the
+/// baseline. Never 0 (0 means "no limit" to the verdict).
+fn redirect_limit(base_to: SendState, acked_since: u64, written: u64) -> u64 {
+    (max_inflight() as u64 + acked_since)
+        .saturating_sub(written + base_to.queued)
+        .max(1)
 }
 
 impl Inserted {
@@ -316,7 +341,16 @@ struct DirState {
     written: u64,
     /// Bytes userspace read from `from` (the acknowledgement it gives).
     acked: u64,
-    paused: bool,
+    /// This direction's control as last written (this task is its only writer).
+    ctl: FlowCtl,
+}
+
+impl DirState {
+    fn push(&self, ins: &Inserted, dir: Dir) -> Result<(), DirError> {
+        ins.bpf
+            .set_ctl(ins.cookie(dir.from), self.ctl)
+            .map_err(|e| DirError::new(dir.from, io::Error::other(e.to_string())))
+    }
 }
 
 /// Sent-to-`to` progress since the baseline.
@@ -355,7 +389,8 @@ async fn drain(
     }
 }
 
-/// Pause or resume the direction from the bytes it holds in the kernel.
+/// Raise the kernel's redirect bound as the destination drains, and record
+/// the peak of bytes held in the kernel.
 fn regulate(
     ins: &Inserted,
     dir: Dir,
@@ -364,24 +399,14 @@ fn regulate(
     redirected: u64,
 ) -> Result<(), DirError> {
     let p = progress(ins, dir, to)?;
-    let sent = redirected + st.written + ins.base(dir.to).queued;
-    let inflight = sent.saturating_sub(p.acked) as usize;
-    PEAK_INFLIGHT.fetch_max(inflight, Ordering::Relaxed);
-    let bound = max_inflight();
-    let want = if st.paused {
-        inflight > bound / 2
-    } else {
-        inflight > bound * 3 / 4
-    };
-    if want != st.paused {
-        ins.bpf
-            .set_paused(ins.cookie(dir.from), want)
-            .map_err(|e| DirError::new(dir.from, io::Error::other(e.to_string())))?;
-        st.paused = want;
-        if want {
-            PAUSES.fetch_add(1, Ordering::Relaxed);
-        }
-        tracing::trace!(?dir, inflight, paused = want, "sockmap backpressure");
+    let base = ins.base(dir.to);
+    let sent = redirected + st.written + base.queued;
+    PEAK_INFLIGHT.fetch_max(sent.saturating_sub(p.acked) as usize, Ordering::Relaxed);
+    let limit = redirect_limit(base, p.acked, st.written);
+    // Only raise it, and in steps, so a busy flow costs few map updates.
+    if limit >= st.ctl.redirect_limit + (max_inflight() / LIMIT_STEPS) as u64 {
+        st.ctl.redirect_limit = limit;
+        st.push(ins, dir)?;
     }
     Ok(())
 }
@@ -397,7 +422,7 @@ pub async fn run(
     let mut st = DirState {
         written: 0,
         acked: 0,
-        paused: false,
+        ctl: initial_ctl(ins.base(dir.to)),
     };
     let mut buf = vec![0u8; PASS_BUF];
     let mut tick = TICK_ACTIVE;
@@ -434,9 +459,15 @@ pub async fn run(
                         copy::write_all(flow, dir, to, &buf[..n]).await?;
                         st.written += n as u64;
                         st.acked += n as u64;
-                        ins.bpf
-                            .ack_passed(ins.cookie(dir.from), st.acked)
-                            .map_err(|e| DirError::new(dir.from, io::Error::other(e.to_string())))?;
+                        st.ctl.passed_ack = st.acked;
+                        // Everything written so far left the kernel's hands
+                        // (drained above), so the bound can move up with it.
+                        let p = progress(ins, dir, to)?;
+                        st.ctl.redirect_limit = st
+                            .ctl
+                            .redirect_limit
+                            .max(redirect_limit(ins.base(dir.to), p.acked, st.written));
+                        st.push(ins, dir)?;
                         tick = TICK_ACTIVE;
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -447,7 +478,8 @@ pub async fn run(
                 let before = ins.seen(dir.from).get();
                 let redirected = ins.account(flow, dir).map_err(|e| DirError::new(dir.from, e))?;
                 regulate(ins, dir, to, &mut st, redirected)?;
-                tick = if redirected > before || st.paused {
+                let passing = passed(ins, dir)? > st.acked;
+                tick = if redirected > before || passing {
                     TICK_ACTIVE
                 } else {
                     (tick * 2).min(TICK_IDLE)
