@@ -411,6 +411,36 @@ fn regulate(
     Ok(())
 }
 
+/// What a socket in the SOCKHASH has for userspace.
+enum Passed {
+    /// Bytes the verdict passed, read into the buffer.
+    Data(usize),
+    /// The peer's FIN, with nothing passed left to read.
+    Eof,
+    /// Bytes in the TCP receive queue that the verdict has not seen yet.
+    Unprocessed,
+}
+
+/// Read only what the verdict passed to userspace (the psock's queue, which
+/// `FIONREAD` reports), never the TCP receive queue: the kernel's `recvmsg`
+/// falls back to that queue when the psock's is empty, and a segment read
+/// partly there would later meet the verdict whole and be sent twice. EOF
+/// and unprocessed bytes are told apart with a peek, which consumes nothing.
+/// `WouldBlock` when there is nothing at all (so readiness is cleared).
+fn read_passed(from: &TcpStream, buf: &mut [u8]) -> io::Result<Passed> {
+    let fd = from.as_fd();
+    let queued = sock::inq(fd)?;
+    if queued > 0 {
+        let want = queued.min(buf.len());
+        let n = sock::recv_nowait(fd, &mut buf[..want], false)?;
+        return Ok(if n == 0 { Passed::Eof } else { Passed::Data(n) });
+    }
+    match sock::recv_nowait(fd, &mut [0u8; 1], true)? {
+        0 => Ok(Passed::Eof),
+        _ => Ok(Passed::Unprocessed),
+    }
+}
+
 /// Watch one direction of an inserted flow until EOF was propagated.
 pub async fn run(
     flow: &Flow<'_>,
@@ -430,8 +460,11 @@ pub async fn run(
         tokio::select! {
             r = from.readable() => {
                 r.map_err(|e| DirError::new(dir.from, e))?;
-                match from.try_read(&mut buf) {
-                    Ok(0) => {
+                let got = from.try_io(tokio::io::Interest::READABLE, || {
+                    read_passed(from, &mut buf)
+                });
+                match got {
+                    Ok(Passed::Eof) => {
                         // EOF can be visible before the last passed bytes: a
                         // passed segment queues behind the psock's backlog and
                         // a kworker moves it to the socket later. No verdict
@@ -442,17 +475,24 @@ pub async fn run(
                         }
                         flow.shut(dir.from);
                         drain(flow, ins, dir, to, &st).await?;
-                        tracing::debug!(
+                        tracing::trace!(
                             ?dir,
                             redirected = ins.seen(dir.from).get(),
-                            passed = passed(ins, dir)?,
-                            acked = st.acked,
+                            passed = st.acked,
                             written = st.written,
-                            "sockmap direction at EOF, drained"
+                            "sockmap direction drained at EOF"
                         );
                         return copy::propagate_eof(flow, dir, to);
                     }
-                    Ok(n) => {
+                    Ok(Passed::Unprocessed) => {
+                        // Bytes in the TCP receive queue that no verdict has
+                        // seen yet: never read them (the verdict would later
+                        // take the same segment whole); make it run instead.
+                        sock::set_rcvlowat(from.as_fd(), 1)
+                            .map_err(|e| DirError::new(dir.from, e))?;
+                        tokio::time::sleep(DRAIN_POLL).await;
+                    }
+                    Ok(Passed::Data(n)) => {
                         // Passed bytes: never ahead of redirected ones.
                         flow.touch(dir.from);
                         drain(flow, ins, dir, to, &st).await?;

@@ -157,3 +157,29 @@ pub fn send_state(fd: BorrowedFd<'_>) -> io::Result<SendState> {
         queued: outq.max(0) as u64,
     })
 }
+
+/// `FIONREAD`: on a socket with a psock (in a sockmap) the kernel answers
+/// with the bytes queued for userspace by the verdict (`tcp_bpf_ioctl`), not
+/// the TCP receive queue.
+pub fn inq(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: `fd` is open; FIONREAD writes one c_int into `n`, which lives
+    // for the duration of the call.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n.max(0) as usize)
+}
+
+/// `recv` without waiting; with `peek`, the bytes stay queued.
+pub fn recv_nowait(fd: BorrowedFd<'_>, buf: &mut [u8], peek: bool) -> io::Result<usize> {
+    let flags = libc::MSG_DONTWAIT | if peek { libc::MSG_PEEK } else { 0 };
+    // SAFETY: `fd` is open; `buf` is a live, writable buffer of `buf.len()`
+    // bytes and the kernel writes at most that many.
+    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
