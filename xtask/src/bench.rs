@@ -7,15 +7,25 @@
 //! `option splice-auto`). Throughput is SIZE over the time from connect to the sink's
 //! EOF; proxy CPU is utime+stime from /proc/PID/stat before and after the push; host CPU
 //! is the busy time of all CPUs from /proc/stat over the same window (it includes the
-//! in-process client and sink, and kernel work done outside the proxy, e.g. sockmap
-//! redirects that run in the sender's context).
+//! in-process client and sink, and kernel work done outside the proxy process: sockmap
+//! redirects run in kworkers and softirq context, so proxy CPU alone flatters sockmap).
+//!
+//! Verification: shunt's generated configuration has a stats socket. Before the push
+//! (once the readiness probe's flow has ended) and after it, `show info` gives the flows
+//! per forwarding mode (`SockmapFlows`, `SpliceFlows`, `CopyFlows`); the push must add
+//! exactly one flow, to the counter of the mode asked for (`auto`: any, and the row says
+//! which), and `show stat` must count SIZE bytes in and the sink's 8-byte answer out on
+//! the FRONTEND row. Otherwise the row fails: a figure for a mode that did not run is
+//! worse than no figure.
 //!
 //! Invariants: runs one after another (never two proxies at once); each run is bounded
-//! (`START_LIMIT` to accept, `--timeout` for the push, a stop grace); a failed run is
-//! reported in its row and the others still run; the command fails if any run failed.
+//! (`START_LIMIT` to accept, `--timeout` for the push, `SETTLE_LIMIT` for the counters, a
+//! stop grace); a failed run is reported in its row and the others still run; the
+//! command fails if any run failed.
 
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
@@ -28,7 +38,24 @@ use crate::servers::{self, Counters, Kind, Server};
 pub const DEFAULT_RUN_TIMEOUT_SECS: u64 = 120;
 /// How long a proxy gets to accept on its bind address.
 const START_LIMIT: Duration = Duration::from_secs(15);
+/// How long shunt gets to end a flow and count it before the check gives up.
+const SETTLE_LIMIT: Duration = Duration::from_secs(5);
+/// Pause between two stats socket polls.
+const SETTLE_POLL: Duration = Duration::from_millis(20);
+/// Longest Unix socket path (sun_path is 108 bytes with its NUL; keep a margin).
+const MAX_SOCK_PATH: usize = 100;
+/// Bytes a reporting sink answers after EOF (its count, big-endian u64).
+const SINK_ANSWER: u64 = 8;
 const MODES: &[&str] = &["auto", "sockmap", "splice", "copy"];
+/// `show info` counters of the kernel path reported (as deltas) for a sockmap run:
+/// segments passed to userspace for backpressure, redirects the kernel refused.
+const KERNEL_FIELDS: [&str; 2] = ["SockmapPauses", "SockmapRedirectErrors"];
+/// Forwarding mode → the `show info` counter of flows forwarded that way.
+const FLOW_COUNTERS: [(&str, &str); 3] = [
+    ("sockmap", "SockmapFlows"),
+    ("splice", "SpliceFlows"),
+    ("copy", "CopyFlows"),
+];
 
 pub struct Options {
     pub size: String,
@@ -72,12 +99,19 @@ struct Target {
     listen_opts: &'static [&'static str],
     /// haproxy needs `-db` before `-f` to stay in the foreground.
     haproxy: bool,
+    /// shunt: the forwarding mode asked for (`auto` accepts any), checked through the
+    /// stats socket. None for haproxy (not checked).
+    verify: Option<String>,
 }
 
 struct Measure {
     elapsed: Duration,
     proxy_cpu: f64,
     host_cpu: f64,
+    /// The mode shunt's counters say the flow used (None: not checked).
+    flow_mode: Option<&'static str>,
+    /// For a sockmap flow: how the kernel path went (`show info` deltas).
+    kernel_note: Option<String>,
 }
 
 pub fn run(opts: &Options) -> Result<()> {
@@ -102,6 +136,7 @@ pub fn run(opts: &Options) -> Result<()> {
             extra_args: vec!["--forward-mode".into(), m.clone()],
             listen_opts: &[],
             haproxy: false,
+            verify: Some(m.clone()),
         })
         .collect();
     if opts.haproxy {
@@ -118,6 +153,7 @@ pub fn run(opts: &Options) -> Result<()> {
                 extra_args: Vec::new(),
                 listen_opts,
                 haproxy: true,
+                verify: None,
             });
         }
     }
@@ -137,10 +173,14 @@ pub fn run(opts: &Options) -> Result<()> {
         let r = measure(t, size, limit);
         match &r {
             Ok(m) => println!(
-                "xtask: {}: {:.2} Gbit/s, proxy CPU {:.2}s",
+                "xtask: {}: {:.2} Gbit/s, proxy CPU {:.2}s, host CPU {:.2}s{}",
                 t.label,
                 gbits(size, m.elapsed),
-                m.proxy_cpu
+                m.proxy_cpu,
+                m.host_cpu,
+                m.flow_mode
+                    .map(|f| format!(", flow forwarded with {f} (per shunt's show info)"))
+                    .unwrap_or_default()
             ),
             Err(e) => println!("xtask: {}: FAILED: {e:#}", t.label),
         }
@@ -164,29 +204,48 @@ fn print_table(size: u64, results: &[(String, Result<Measure>)]) {
     let base = results.iter().find_map(|(_, r)| r.as_ref().ok());
     println!("\nxtask bench: {} through one flow, loopback", human(size));
     println!(
-        "{:<16} {:>8} {:>8} {:>11} {:>10} {:>12} {:>15}",
-        "run", "time s", "Gbit/s", "proxy CPU s", "host CPU s", "Gbit/s ratio", "proxy CPU ratio"
+        "{:<16} {:<8} {:>7} {:>7} {:>8} {:>8} {:>8} {:>9} {:>9}",
+        "run", "flow", "time s", "Gbit/s", "proxy s", "host s", "Gbit/s x", "proxy x", "host x"
     );
+    let ratio = |v: f64, b: f64| {
+        if b > 0.0 {
+            format!("{:.2}x", v / b)
+        } else {
+            "-".to_string()
+        }
+    };
     for (label, r) in results {
         match (r, base) {
             (Ok(m), Some(b)) => println!(
-                "{label:<16} {:>8.2} {:>8.2} {:>11.2} {:>10.2} {:>11.2}x {:>15}",
+                "{label:<16} {:<8} {:>7.2} {:>7.2} {:>8.2} {:>8.2} {:>8} {:>9} {:>9}",
+                m.flow_mode.unwrap_or("-"),
                 m.elapsed.as_secs_f64(),
                 gbits(size, m.elapsed),
                 m.proxy_cpu,
                 m.host_cpu,
-                b.elapsed.as_secs_f64() / m.elapsed.as_secs_f64().max(1e-9),
-                if b.proxy_cpu > 0.0 {
-                    format!("{:.2}x", m.proxy_cpu / b.proxy_cpu)
-                } else {
-                    "-".to_string()
-                }
+                ratio(b.elapsed.as_secs_f64(), m.elapsed.as_secs_f64()),
+                ratio(m.proxy_cpu, b.proxy_cpu),
+                ratio(m.host_cpu, b.host_cpu)
             ),
-            _ => println!("{label:<16} {:>8}", "failed"),
+            _ => println!("{label:<16} {:<8} {:>7}", "-", "failed"),
+        }
+    }
+    for (label, r) in results {
+        if let Ok(Measure {
+            kernel_note: Some(note),
+            ..
+        }) = r
+        {
+            println!("{label}: {note}");
         }
     }
     if let Some((label, _)) = results.iter().find(|(_, r)| r.is_ok()) {
-        println!("(ratios relative to {label}; proxy CPU = utime+stime of the proxy process)");
+        println!(
+            "(ratios relative to {label}; flow = the mode shunt's show info counted for the \
+             flow; proxy = utime+stime of the proxy process; host = busy time of all CPUs over \
+             the transfer, client and sink included, and the kworker/softirq time in which \
+             sockmap redirects run)"
+        );
     }
 }
 
@@ -196,15 +255,26 @@ fn free_port() -> Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-/// The configuration of one run: one listen section in front of the sink.
-pub fn config_text(front: SocketAddr, sink: SocketAddr, listen_opts: &[&str]) -> String {
-    let mut cfg = format!(
-        "# generated by `cargo xtask bench`\n\
-         global\n    nbthread 1\n\n\
-         defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 60s\n    \
+/// The configuration of one run: one listen section in front of the sink, and a stats
+/// socket when `stats` is given.
+pub fn config_text(
+    front: SocketAddr,
+    sink: SocketAddr,
+    listen_opts: &[&str],
+    stats: Option<&Path>,
+) -> String {
+    let mut cfg = String::from("# generated by `cargo xtask bench`\nglobal\n    nbthread 1\n");
+    if let Some(path) = stats {
+        cfg.push_str(&format!(
+            "    stats socket {} mode 600 level admin\n",
+            path.display()
+        ));
+    }
+    cfg.push_str(&format!(
+        "\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 60s\n    \
          timeout server 60s\n\n\
          listen bench\n    bind {front}\n"
-    );
+    ));
     for o in listen_opts {
         cfg.push_str(&format!("    {o}\n"));
     }
@@ -219,8 +289,12 @@ fn measure(t: &Target, size: u64, limit: Duration) -> Result<Measure> {
     std::fs::create_dir_all(&dir)?;
     let slug = t.label.replace(' ', "-");
     let cfg_path = dir.join(format!("bench-{slug}.cfg"));
-    std::fs::write(&cfg_path, config_text(front, sink.addr, t.listen_opts))
-        .with_context(|| format!("cannot write {}", cfg_path.display()))?;
+    let cli = t.verify.as_ref().map(|_| socket_path(&dir, &slug));
+    std::fs::write(
+        &cfg_path,
+        config_text(front, sink.addr, t.listen_opts, cli.as_deref()),
+    )
+    .with_context(|| format!("cannot write {}", cfg_path.display()))?;
     let cfg_arg = cfg_path.to_string_lossy().into_owned();
     let mut args: Vec<&str> = Vec::new();
     if t.haproxy {
@@ -231,6 +305,11 @@ fn measure(t: &Target, size: u64, limit: Duration) -> Result<Measure> {
     let log = dir.join(format!("bench-{slug}.log"));
     let mut child = ChildGuard::spawn(&t.label, &t.program, &args, &log, false)?;
     child.wait_for_port(front, START_LIMIT)?;
+    // The readiness probe was a flow too: wait until shunt has ended and counted it.
+    let before = match &cli {
+        Some(cli) => Some(settled(&mut child, cli, 1)?),
+        None => None,
+    };
     let pid = child.pid();
     let client = std::sync::Arc::new(Counters::default());
     let cpu0 = proc::cpu_seconds(pid)?;
@@ -254,12 +333,154 @@ fn measure(t: &Target, size: u64, limit: Duration) -> Result<Measure> {
     })?;
     child.check_alive()?;
     let cpu1 = cpu1?;
+    let (flow_mode, kernel_note) = match (&cli, &before, &t.verify) {
+        (Some(cli), Some(before), Some(want)) => {
+            let (mode, note) = verify_flow(&mut child, cli, before, want, size)?;
+            (Some(mode), note)
+        }
+        _ => (None, None),
+    };
     child.stop();
+    if let Some(cli) = &cli {
+        let _ = std::fs::remove_file(cli);
+    }
     Ok(Measure {
         elapsed: push.elapsed,
         proxy_cpu: cpu1 - cpu0,
         host_cpu: host1 - host0,
+        flow_mode,
+        kernel_note,
     })
+}
+
+/// The stats socket of a run: next to its configuration, or in the temporary directory
+/// when that path is too long for a Unix socket.
+fn socket_path(dir: &Path, slug: &str) -> PathBuf {
+    let name = format!("bench-{slug}.sock");
+    let near = dir.join(&name);
+    if near.as_os_str().len() <= MAX_SOCK_PATH {
+        near
+    } else {
+        std::env::temp_dir().join(format!("shunt-{}-{name}", std::process::id()))
+    }
+}
+
+/// What shunt had counted at one moment: `show info` and its FRONTEND bytes.
+struct Counted {
+    info: BTreeMap<String, String>,
+    bin: u64,
+    bout: u64,
+}
+
+/// shunt's counts once it holds no connection and has accepted at least `min_conns`
+/// (`CumConns`), so every flow so far is counted in its mode's counter and its bytes.
+fn settled(child: &mut ChildGuard, cli: &Path, min_conns: u64) -> Result<Counted> {
+    let info = settled_info(child, cli, min_conns)?;
+    let rows = servers::parse_show_stat(&servers::cli_command(cli, "show stat")?)?;
+    let fe = rows
+        .iter()
+        .find(|r| r.get("svname") == "FRONTEND")
+        .context("show stat has no FRONTEND row")?;
+    Ok(Counted {
+        info,
+        bin: fe.num("bin")?,
+        bout: fe.num("bout")?,
+    })
+}
+
+/// `show info` once shunt holds no connection and has accepted at least `min_conns`.
+fn settled_info(
+    child: &mut ChildGuard,
+    cli: &Path,
+    min_conns: u64,
+) -> Result<BTreeMap<String, String>> {
+    let end = Instant::now() + SETTLE_LIMIT;
+    loop {
+        child.check_alive()?;
+        let state = servers::cli_command(cli, "show info").and_then(|text| {
+            let info = servers::parse_show_info(&text);
+            let cum = servers::info_num(&info, "CumConns")?;
+            let cur = servers::info_num(&info, "CurrConns")?;
+            Ok((info, cum, cur))
+        });
+        match state {
+            Ok((info, cum, 0)) if cum >= min_conns => return Ok(info),
+            Ok((_, cum, cur)) if Instant::now() >= end => bail!(
+                "shunt did not settle within {SETTLE_LIMIT:?}: CumConns {cum} \
+                 (want >= {min_conns}), CurrConns {cur} (want 0)"
+            ),
+            Err(e) if Instant::now() >= end => {
+                return Err(e.context(format!("stats socket {}", cli.display())))
+            }
+            _ => std::thread::sleep(SETTLE_POLL),
+        }
+    }
+}
+
+/// Checks through the stats socket that the push was one flow in the mode `want`
+/// (`auto`: any mode) with SIZE bytes in and the sink's 8-byte answer out; returns the
+/// mode it used and, for sockmap, the kernel-side deltas of `show info`.
+fn verify_flow(
+    child: &mut ChildGuard,
+    cli: &Path,
+    before: &Counted,
+    want: &str,
+    size: u64,
+) -> Result<(&'static str, Option<String>)> {
+    let conns = servers::info_num(&before.info, "CumConns")?;
+    let after = settled(child, cli, conns + 1)?;
+    let mut deltas = Vec::new();
+    for (mode, key) in FLOW_COUNTERS {
+        let d = servers::info_num(&after.info, key)?
+            .checked_sub(servers::info_num(&before.info, key)?)
+            .with_context(|| format!("show info: {key} went down"))?;
+        deltas.push((mode, key, d));
+    }
+    let used = used_mode(&deltas, want)?;
+    let (bin, bout) = (after.bin - before.bin, after.bout - before.bout);
+    ensure!(
+        bin == size && bout == SINK_ANSWER,
+        "shunt's FRONTEND counted bin +{bin} bout +{bout} for the push; it sent {size} \
+         and got {SINK_ANSWER} back"
+    );
+    let note = if used == "sockmap" {
+        let mut parts = Vec::new();
+        for key in KERNEL_FIELDS {
+            let d = servers::info_num(&after.info, key)?
+                .saturating_sub(servers::info_num(&before.info, key)?);
+            parts.push(format!("{key} +{d}"));
+        }
+        let peak = servers::info_num(&after.info, "SockmapInflightPeak")?;
+        parts.push(format!("SockmapInflightPeak {peak}"));
+        Some(parts.join(", "))
+    } else {
+        None
+    };
+    Ok((used, note))
+}
+
+/// The one mode whose flow counter moved, if it is the one wanted.
+fn used_mode(deltas: &[(&'static str, &str, u64)], want: &str) -> Result<&'static str> {
+    let moved: Vec<_> = deltas.iter().filter(|(_, _, d)| *d > 0).collect();
+    let summary = || {
+        deltas
+            .iter()
+            .map(|(_, k, d)| format!("{k} +{d}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let [(mode, _, 1)] = moved.as_slice() else {
+        bail!(
+            "the push should be exactly one flow; shunt's show info counted {}",
+            summary()
+        );
+    };
+    ensure!(
+        want == "auto" || *mode == want,
+        "asked for {want}, but shunt forwarded the flow with {mode} ({})",
+        summary()
+    );
+    Ok(mode)
 }
 
 /// Busy time of all CPUs (everything but idle and iowait) from /proc/stat, in seconds.
@@ -306,6 +527,7 @@ mod tests {
             "127.0.0.1:4000".parse().expect("a"),
             "127.0.0.1:4001".parse().expect("a"),
             &["option splice-auto"],
+            Some(Path::new("/tmp/b.sock")),
         );
         let layout = crate::demo::scan(&cfg);
         assert_eq!(
@@ -318,6 +540,45 @@ mod tests {
         );
         assert!(cfg.contains("    option splice-auto\n"));
         assert!(cfg.contains("mode tcp"));
+        assert_eq!(layout.stats_socket, Some(PathBuf::from("/tmp/b.sock")));
+        let plain = config_text(
+            "127.0.0.1:4000".parse().expect("a"),
+            "127.0.0.1:4001".parse().expect("a"),
+            &[],
+            None,
+        );
+        assert!(!plain.contains("stats socket"));
+    }
+
+    #[test]
+    fn the_flow_must_be_one_flow_in_the_mode_asked_for() {
+        let d = |s, p, c| {
+            [
+                ("sockmap", "SockmapFlows", s),
+                ("splice", "SpliceFlows", p),
+                ("copy", "CopyFlows", c),
+            ]
+        };
+        assert_eq!(used_mode(&d(1, 0, 0), "sockmap").expect("ok"), "sockmap");
+        assert_eq!(used_mode(&d(0, 1, 0), "splice").expect("ok"), "splice");
+        assert_eq!(used_mode(&d(0, 0, 1), "auto").expect("ok"), "copy");
+        let e = used_mode(&d(0, 1, 0), "sockmap").expect_err("fell back");
+        assert!(format!("{e}").contains("with splice"), "{e}");
+        assert!(used_mode(&d(0, 0, 0), "copy").is_err(), "nothing counted");
+        assert!(used_mode(&d(1, 1, 0), "auto").is_err(), "two flows");
+        assert!(used_mode(&d(2, 0, 0), "sockmap").is_err(), "two flows");
+    }
+
+    #[test]
+    fn socket_paths_fit_sun_path() {
+        let short = socket_path(Path::new("/tmp/x"), "shunt-sockmap");
+        assert_eq!(short, PathBuf::from("/tmp/x/bench-shunt-sockmap.sock"));
+        let long = socket_path(Path::new(&"/d".repeat(60)), "shunt-sockmap");
+        assert!(
+            long.as_os_str().len() <= MAX_SOCK_PATH,
+            "{}",
+            long.display()
+        );
     }
 
     #[test]

@@ -1,19 +1,24 @@
 //! `cargo xtask demo`: shunt in front of in-process backends, with live counters.
 //!
 //! Owns the demo's layout: echo servers on 127.0.0.1:10081 and :10082 and a sink on
-//! 127.0.0.1:10091, started in this process; which frontends and backends lead to them
-//! is read from the demo configuration (examples/demo.cfg) by a small scan of its
-//! `frontend`/`backend`/`listen`, `bind`, `default_backend` and `server` lines.
+//! 127.0.0.1:10091, started in this process; which frontends and backends lead to them,
+//! and where shunt's stats socket is, is read from the demo configuration
+//! (examples/demo.cfg) by a small scan of its `frontend`/`backend`/`listen`, `bind`,
+//! `default_backend`, `server` and global `stats socket` lines.
 //!
-//! Counting: shunt has no stats socket yet, so the `show stat`-like table is counted
-//! here — FRONTEND rows on the client side (what the demo sent and received through each
-//! bind address), server rows by the backends themselves, BACKEND rows as the sum of
-//! their servers. When shunt serves `show stat` on a stats socket, the demo can print
-//! that instead.
+//! Counting: the counters printed are shunt's own, read over its stats socket
+//! (`show stat`: pxname, svname, scur, smax, stot, bin, bout, status, lbtot; `show info`:
+//! `Forward_mode`, `Bpf` and the flows per forwarding mode). The demo also counts for
+//! itself — FRONTEND rows on the client side (what it sent and received through each
+//! bind address), server rows by the backends themselves — and after every burst checks
+//! that shunt's bin/bout agree with those counts, once shunt has closed the burst's
+//! flows (`SETTLE_LIMIT`). A configuration without a stats socket gets the demo's own
+//! counts only, and says so.
 //!
 //! Invariants: the demo never leaves shunt running (SIGINT/SIGTERM stop it with SIGTERM
 //! and exit 0); every echo is checked byte for byte and every sink push is checked
-//! against the sink's own count; traffic goes only to 127.0.0.1.
+//! against the sink's own count; a disagreement between shunt's counters and the demo's
+//! ends the demo with an error (exit 1); traffic goes only to 127.0.0.1.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -21,10 +26,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 
 use crate::proc::{self, ChildGuard};
-use crate::servers::{self, Counters, Kind, Server, Snapshot};
+use crate::servers::{self, Counters, Kind, Server, Snapshot, StatRow};
 
 pub const DEFAULT_CONFIG: &str = "examples/demo.cfg";
 /// Ports of the echo servers the demo starts.
@@ -40,10 +45,32 @@ const TICK_SINK_BYTES: u64 = 1 << 20;
 const TICK_ECHO_BYTES: usize = 4096;
 /// Time between two status lines.
 const TICK: Duration = Duration::from_secs(5);
+/// Bound of the check that nothing accepts on a frontend address before shunt starts.
+const PORT_PROBE: Duration = Duration::from_millis(300);
 /// How long shunt gets to accept on its bind addresses.
 const START_LIMIT: Duration = Duration::from_secs(15);
 /// Bound of one push or round trip.
 const PUSH_LIMIT: Duration = Duration::from_secs(60);
+/// How long shunt gets, after a burst, to close its flows and fold their bytes into the
+/// counters before a disagreement with the demo's counts is an error.
+const SETTLE_LIMIT: Duration = Duration::from_secs(5);
+/// Pause between two stats socket polls while settling.
+const SETTLE_POLL: Duration = Duration::from_millis(50);
+/// `show info` fields printed with the counters: mode, BPF state, flows per mode.
+const INFO_FIELDS: [&str; 5] = [
+    "Forward_mode",
+    "Bpf",
+    "SockmapFlows",
+    "SpliceFlows",
+    "CopyFlows",
+];
+/// Kernel handoff fields printed after them when BPF is loaded.
+const SOCKMAP_FIELDS: [&str; 4] = [
+    "SockmapFallbacks",
+    "SockmapPauses",
+    "SockmapInflightPeak",
+    "SockmapRedirectErrors",
+];
 
 /// What the demo configuration declares, as far as the demo needs it.
 #[derive(Debug, Default, PartialEq)]
@@ -52,6 +79,8 @@ pub struct Layout {
     pub frontends: Vec<(String, Vec<u16>, Option<String>)>,
     /// (name, servers as (name, address))
     pub backends: Vec<(String, Vec<(String, SocketAddr)>)>,
+    /// The first Unix `stats socket` of the global section.
+    pub stats_socket: Option<PathBuf>,
 }
 
 /// Reads the sections of a HAProxy-style file that route traffic. Tolerant: lines the
@@ -61,6 +90,7 @@ pub fn scan(text: &str) -> Layout {
     // Index into frontends / backends of the current section, if any.
     let mut fe: Option<usize> = None;
     let mut be: Option<usize> = None;
+    let mut global = false;
     for line in text.lines() {
         let line = line.split('#').next().unwrap_or("");
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -70,11 +100,20 @@ pub fn scan(text: &str) -> Layout {
             "global" | "defaults" => {
                 fe = None;
                 be = None;
+                global = kw == "global";
+            }
+            "stats" if global && arg.as_deref() == Some("socket") => {
+                let path = words.get(2).map(|p| p.trim_matches('"'));
+                let path = path.map(|p| p.strip_prefix("unix@").unwrap_or(p));
+                if let Some(p) = path.filter(|p| !p.contains('@')) {
+                    layout.stats_socket.get_or_insert_with(|| PathBuf::from(p));
+                }
             }
             "frontend" | "backend" | "listen" => {
                 let name = arg.unwrap_or_default();
                 fe = None;
                 be = None;
+                global = false;
                 if kw != "backend" {
                     let backend = (kw == "listen").then(|| name.clone());
                     layout.frontends.push((name.clone(), Vec::new(), backend));
@@ -137,6 +176,41 @@ struct Demo {
     layout: Layout,
     fronts: Vec<Front>,
     servers: BTreeMap<SocketAddr, Server>,
+    /// shunt's stats socket, when the configuration declares one.
+    cli: Option<PathBuf>,
+}
+
+/// What shunt says about itself over its stats socket.
+struct ShuntView {
+    rows: Vec<StatRow>,
+    info: BTreeMap<String, String>,
+}
+
+impl ShuntView {
+    fn query(cli: &Path) -> Result<Self> {
+        let rows = servers::parse_show_stat(&servers::cli_command(cli, "show stat")?)?;
+        let info = servers::parse_show_info(&servers::cli_command(cli, "show info")?);
+        Ok(Self { rows, info })
+    }
+
+    fn row(&self, px: &str, sv: &str) -> Option<&StatRow> {
+        self.rows
+            .iter()
+            .find(|r| r.get("pxname") == px && r.get("svname") == sv)
+    }
+
+    fn info(&self, name: &str) -> &str {
+        self.info.get(name).map_or("?", String::as_str)
+    }
+
+    /// Sessions shunt still holds on its frontends.
+    fn open_sessions(&self) -> Result<u64> {
+        self.rows
+            .iter()
+            .filter(|r| r.get("svname") == "FRONTEND")
+            .map(|r| r.num("scur"))
+            .sum()
+    }
 }
 
 pub fn run(config: &Path, duration: Option<u64>, shunt: Option<PathBuf>) -> Result<()> {
@@ -149,6 +223,7 @@ pub fn run(config: &Path, duration: Option<u64>, shunt: Option<PathBuf>) -> Resu
         None => crate::build_release()?,
     };
     proc::catch_stop_signals()?;
+    demo.ports_free()?;
     let config_arg = config.to_string_lossy().into_owned();
     let log = crate::target_dir().join("xtask").join("demo-shunt.log");
     let mut shunt = ChildGuard::spawn("shunt", &bin, &["-f", &config_arg], &log, true)?;
@@ -160,9 +235,25 @@ pub fn run(config: &Path, duration: Option<u64>, shunt: Option<PathBuf>) -> Resu
         f.client.session();
     }
     println!("xtask: shunt (pid {}) is accepting", shunt.pid());
+    match &demo.cli {
+        Some(cli) => {
+            let info = wait_cli(&mut shunt, cli)?;
+            let field = |k: &str| info.get(k).cloned().unwrap_or_else(|| "?".into());
+            println!(
+                "xtask: stats socket {} answers: Forward_mode: {}, Bpf: {}",
+                cli.display(),
+                field("Forward_mode"),
+                field("Bpf")
+            );
+        }
+        None => println!(
+            "xtask: {} declares no `stats socket`: only the demo's own counts are shown",
+            config.display()
+        ),
+    }
 
     demo.first_burst()?;
-    demo.print_table();
+    demo.report()?;
     println!(
         "\nxtask: demo running; a line every {}s{}",
         TICK.as_secs(),
@@ -190,15 +281,31 @@ pub fn run(config: &Path, duration: Option<u64>, shunt: Option<PathBuf>) -> Resu
             );
             break;
         }
-        demo.tick(started.elapsed());
+        demo.tick(started.elapsed())?;
     }
-    demo.print_table();
+    let checked = demo.report();
     let status = shunt.stop();
     println!(
         "xtask: shunt stopped{}",
         status.map(|s| format!(" ({s})")).unwrap_or_default()
     );
-    Ok(())
+    checked
+}
+
+/// Waits until the stats socket answers `show info` (shunt binds it at start, next to
+/// its listeners); fails if shunt dies or `START_LIMIT` passes.
+fn wait_cli(shunt: &mut ChildGuard, cli: &Path) -> Result<BTreeMap<String, String>> {
+    let end = Instant::now() + START_LIMIT;
+    loop {
+        shunt.check_alive()?;
+        match servers::cli_command(cli, "show info") {
+            Ok(text) => return Ok(servers::parse_show_info(&text)),
+            Err(e) if Instant::now() >= end => {
+                return Err(e.context(format!("no answer within {START_LIMIT:?}")))
+            }
+            Err(_) => std::thread::sleep(SETTLE_POLL),
+        }
+    }
 }
 
 fn resolve(config: &Path) -> PathBuf {
@@ -267,11 +374,30 @@ impl Demo {
                 if f.kind == Kind::Echo { "echo" } else { "sink" }
             );
         }
+        let cli = layout.stats_socket.clone();
         Ok(Self {
             layout,
             fronts,
             servers,
+            cli,
         })
+    }
+
+    /// Fails if something already accepts on a frontend address: shunt binds with
+    /// SO_REUSEPORT, so a leftover proxy there would silently take part of the traffic.
+    fn ports_free(&self) -> Result<()> {
+        for f in &self.fronts {
+            if std::net::TcpStream::connect_timeout(&f.addr, PORT_PROBE).is_ok() {
+                bail!(
+                    "something already accepts on {} (frontend {}): a shunt left running? \
+                     (`ss -ltnp | grep {}`)",
+                    f.addr,
+                    f.name,
+                    f.addr.port()
+                );
+            }
+        }
+        Ok(())
     }
 
     fn sink_bytes(&self) -> u64 {
@@ -333,8 +459,10 @@ impl Demo {
         )
     }
 
-    /// One periodic round: a small echo and a 1 MiB push per frontend, then a status line.
-    fn tick(&self, elapsed: Duration) {
+    /// One periodic round: a small echo and a 1 MiB push per frontend, then a status
+    /// line, with shunt's view when there is a stats socket. Fails only when shunt's
+    /// counters disagree with the demo's (the tables are printed first).
+    fn tick(&self, elapsed: Duration) -> Result<()> {
         let mut parts = Vec::new();
         for f in &self.fronts {
             let result = match f.kind {
@@ -344,23 +472,186 @@ impl Demo {
                 }
                 Kind::Sink { .. } => self.push(f, TICK_SINK_BYTES).map(|p| p.elapsed),
             };
-            let c = f.client.snapshot();
             parts.push(match result {
-                Ok(took) => format!(
-                    "{} ok {:.1}ms stot={} bin={}",
-                    f.name,
-                    took.as_secs_f64() * 1e3,
-                    c.stot,
-                    human(c.bin)
-                ),
+                Ok(took) => format!("{} ok {:.1}ms", f.name, took.as_secs_f64() * 1e3),
                 Err(e) => format!("{} FAILED: {e:#}", f.name),
             });
         }
-        println!("[{:>5}s] {}", elapsed.as_secs(), parts.join(" | "));
+        let Some(cli) = &self.cli else {
+            for f in &self.fronts {
+                let c = f.client.snapshot();
+                parts.push(format!("{} stot={} bin={}", f.name, c.stot, human(c.bin)));
+            }
+            println!("[{:>5}s] {}", elapsed.as_secs(), parts.join(" | "));
+            return Ok(());
+        };
+        let (view, diffs) = self.settle(cli)?;
+        let mut shunt = Vec::new();
+        for (name, _) in self.frontend_counts() {
+            if let Some(r) = view.row(name, "FRONTEND") {
+                shunt.push(format!(
+                    "{name} stot={} bin={} bout={}",
+                    r.get("stot"),
+                    human(r.num("bin")?),
+                    human(r.num("bout")?)
+                ));
+            }
+        }
+        println!(
+            "[{:>5}s] {} | shunt: {}; flows sockmap={} splice={} copy={}; {}",
+            elapsed.as_secs(),
+            parts.join(" | "),
+            shunt.join(", "),
+            view.info("SockmapFlows"),
+            view.info("SpliceFlows"),
+            view.info("CopyFlows"),
+            if diffs.is_empty() {
+                "counters agree"
+            } else {
+                "COUNTERS DISAGREE"
+            }
+        );
+        if diffs.is_empty() {
+            Ok(())
+        } else {
+            self.report()
+        }
     }
 
-    /// A `show stat`-like table: pxname, svname, scur, stot, bin, bout.
-    fn print_table(&self) {
+    /// The demo's own counts per driven frontend (client side), in layout order.
+    fn frontend_counts(&self) -> Vec<(&str, Snapshot)> {
+        self.layout
+            .frontends
+            .iter()
+            .filter(|(name, _, _)| self.fronts.iter().any(|f| &f.name == name))
+            .map(|(name, _, _)| {
+                let sum = self
+                    .fronts
+                    .iter()
+                    .filter(|f| &f.name == name)
+                    .fold(Snapshot::default(), |acc, f| acc.add(f.client.snapshot()));
+                (name.as_str(), sum)
+            })
+            .collect()
+    }
+
+    /// The backends' own counts per server row, for servers whose address appears once
+    /// in the layout (a backend started here that two rows share cannot be split).
+    fn server_counts(&self) -> Vec<(&str, &str, Snapshot)> {
+        let all = || self.layout.backends.iter().flat_map(|(_, l)| l.iter());
+        let mut out = Vec::new();
+        for (px, list) in &self.layout.backends {
+            for (sv, addr) in list {
+                let Some(server) = self.servers.get(addr) else {
+                    continue;
+                };
+                if all().filter(|(_, a)| a == addr).count() == 1 {
+                    out.push((px.as_str(), sv.as_str(), server.counters.snapshot()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Where shunt's bin/bout differ from the demo's counts, one line per row.
+    fn mismatches(&self, view: &ShuntView) -> Result<Vec<String>> {
+        let mut diffs = Vec::new();
+        let fronts = self
+            .frontend_counts()
+            .into_iter()
+            .map(|(px, s)| (px, "FRONTEND", s, "the demo's clients"));
+        let servers = self
+            .server_counts()
+            .into_iter()
+            .map(|(px, sv, s)| (px, sv, s, "the backend itself"));
+        for (px, sv, ours, who) in fronts.chain(servers) {
+            let Some(row) = view.row(px, sv) else {
+                diffs.push(format!("{px}/{sv}: no such row in shunt's show stat"));
+                continue;
+            };
+            let (bin, bout) = (row.num("bin")?, row.num("bout")?);
+            if (bin, bout) != (ours.bin, ours.bout) {
+                diffs.push(format!(
+                    "{px}/{sv}: shunt counted bin={bin} bout={bout}, {who} bin={} bout={}",
+                    ours.bin, ours.bout
+                ));
+            }
+        }
+        Ok(diffs)
+    }
+
+    /// Polls shunt until its frontends hold no session and its counters agree with the
+    /// demo's, or `SETTLE_LIMIT` passes; returns the last view and what still differs.
+    fn settle(&self, cli: &Path) -> Result<(ShuntView, Vec<String>)> {
+        let end = Instant::now() + SETTLE_LIMIT;
+        loop {
+            let view = ShuntView::query(cli)?;
+            let mut diffs = self.mismatches(&view)?;
+            let open = view.open_sessions()?;
+            if open > 0 {
+                diffs.push(format!(
+                    "shunt still holds {open} session(s) on its frontends"
+                ));
+            }
+            if diffs.is_empty() || Instant::now() >= end {
+                return Ok((view, diffs));
+            }
+            std::thread::sleep(SETTLE_POLL);
+        }
+    }
+
+    /// Prints shunt's counters and the cross-check with the demo's own counts (or, with
+    /// no stats socket, the demo's counts alone); fails when shunt and the demo disagree.
+    fn report(&self) -> Result<()> {
+        let Some(cli) = &self.cli else {
+            self.print_own_table();
+            return Ok(());
+        };
+        let (view, diffs) = self.settle(cli)?;
+        print_shunt(cli, &view);
+        self.print_cross_check(&view)?;
+        if !diffs.is_empty() {
+            bail!(
+                "shunt's counters disagree with the demo's {SETTLE_LIMIT:?} after the burst:\n  {}",
+                diffs.join("\n  ")
+            );
+        }
+        println!("xtask: shunt's bin/bout agree with the demo's own counts");
+        Ok(())
+    }
+
+    /// shunt's bytes next to the demo's, row by row.
+    fn print_cross_check(&self, view: &ShuntView) -> Result<()> {
+        println!(
+            "\n# cross-check: bytes counted by shunt vs by the demo \
+             (client side for FRONTEND, the backends themselves for servers)"
+        );
+        println!(
+            "{:<12} {:<10} {:>12} {:>12} {:>12} {:>12}  ok",
+            "# pxname", "svname", "shunt bin", "demo bin", "shunt bout", "demo bout"
+        );
+        let fronts = self
+            .frontend_counts()
+            .into_iter()
+            .map(|(px, s)| (px, "FRONTEND", s));
+        for (px, sv, ours) in fronts.chain(self.server_counts()) {
+            let (bin, bout) = match view.row(px, sv) {
+                Some(r) => (r.num("bin")?.to_string(), r.num("bout")?.to_string()),
+                None => ("-".into(), "-".into()),
+            };
+            let ok = bin == ours.bin.to_string() && bout == ours.bout.to_string();
+            println!(
+                "{px:<12} {sv:<10} {bin:>12} {:>12} {bout:>12} {:>12}  {}",
+                ours.bin,
+                ours.bout,
+                if ok { "yes" } else { "NO" }
+            );
+        }
+        Ok(())
+    }
+
+    /// A `show stat`-like table counted by the demo: pxname, svname, scur, stot, bin, bout.
+    fn print_own_table(&self) {
         println!("\n# counted by xtask (client side for FRONTEND, by the backends for servers)");
         println!(
             "{:<12} {:<10} {:>5} {:>6} {:>12} {:>12}",
@@ -372,12 +663,7 @@ impl Demo {
                 s.scur, s.stot, s.bin, s.bout
             );
         };
-        for (name, _, _) in &self.layout.frontends {
-            let sum = self
-                .fronts
-                .iter()
-                .filter(|f| &f.name == name)
-                .fold(Snapshot::default(), |acc, f| acc.add(f.client.snapshot()));
+        for (name, sum) in self.frontend_counts() {
             row(name, "FRONTEND", sum);
         }
         for (name, list) in &self.layout.backends {
@@ -393,6 +679,44 @@ impl Demo {
             }
             row(name, "BACKEND", sum);
         }
+    }
+}
+
+/// shunt's own table (`show stat` columns the demo cares about) and `show info` fields.
+fn print_shunt(cli: &Path, view: &ShuntView) {
+    println!("\n# shunt's counters: show stat on {}", cli.display());
+    const COLS: [&str; 7] = ["scur", "smax", "stot", "bin", "bout", "status", "lbtot"];
+    println!(
+        "{:<12} {:<10} {:>5} {:>5} {:>6} {:>12} {:>12} {:>9} {:>6}",
+        "# pxname", "svname", COLS[0], COLS[1], COLS[2], COLS[3], COLS[4], COLS[5], COLS[6]
+    );
+    for r in &view.rows {
+        let c = COLS.map(|k| r.get(k));
+        println!(
+            "{:<12} {:<10} {:>5} {:>5} {:>6} {:>12} {:>12} {:>9} {:>6}",
+            r.get("pxname"),
+            r.get("svname"),
+            c[0],
+            c[1],
+            c[2],
+            c[3],
+            c[4],
+            c[5],
+            c[6]
+        );
+    }
+    println!("# shunt's show info");
+    let line = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| format!("{n}: {}", view.info(n)))
+            .collect::<Vec<_>>()
+            .join("   ")
+    };
+    println!("{}", line(&INFO_FIELDS[..2]));
+    println!("{}", line(&INFO_FIELDS[2..]));
+    if view.info("Bpf") == "loaded" {
+        println!("{}", line(&SOCKMAP_FIELDS));
     }
 }
 
@@ -422,6 +746,8 @@ mod tests {
     const SAMPLE: &str = "\
 global
     nbthread 2   # comment
+    stats socket /tmp/a.sock mode 600 level admin
+    stats socket /tmp/b.sock
 defaults
     mode tcp
 frontend fe_echo
@@ -456,6 +782,26 @@ listen sink
             ]
         );
         assert_eq!(l.backends[1].1[0].0, "s1");
+        assert_eq!(l.stats_socket, Some(PathBuf::from("/tmp/a.sock")));
+    }
+
+    #[test]
+    fn stats_socket_only_from_global_and_unix() {
+        let l = scan("frontend f\n    stats socket /tmp/x.sock\n");
+        assert_eq!(l.stats_socket, None, "not in global");
+        let l = scan("global\n    stats socket ipv4@127.0.0.1:9999\n");
+        assert_eq!(l.stats_socket, None, "not a Unix socket");
+        let l = scan("global\n    stats timeout 2m\n    stats socket unix@/run/s.sock\n");
+        assert_eq!(l.stats_socket, Some(PathBuf::from("/run/s.sock")));
+    }
+
+    #[test]
+    fn the_demo_config_has_a_stats_socket() {
+        let path = crate::workspace_root().join(DEFAULT_CONFIG);
+        let text = std::fs::read_to_string(&path).expect("examples/demo.cfg");
+        let l = scan(&text);
+        assert!(l.stats_socket.is_some(), "{}", path.display());
+        assert!(!l.frontends.is_empty());
     }
 
     #[test]
@@ -477,5 +823,71 @@ listen sink
         assert_eq!(human(512), "512 B");
         assert_eq!(human(8 << 20), "8.0 MiB");
         assert_eq!(human(3 << 30), "3.0 GiB");
+    }
+
+    /// A demo wired by hand: one frontend `fe` on an unused address, one backend `be`
+    /// with server `s1` = a sink started on port 0.
+    fn tiny_demo() -> Demo {
+        let sink = Server::start(
+            "127.0.0.1:0".parse().expect("a"),
+            Kind::Sink { report: false },
+        )
+        .expect("sink");
+        let text = format!(
+            "frontend fe\n    bind 127.0.0.1:9\n    default_backend be\n\
+             backend be\n    server s1 {}\n",
+            sink.addr
+        );
+        let layout = scan(&text);
+        let client = Arc::new(Counters::default());
+        client.add_in(1000);
+        let fronts = vec![Front {
+            name: "fe".into(),
+            addr: "127.0.0.1:9".parse().expect("a"),
+            kind: Kind::Sink { report: false },
+            client,
+        }];
+        let mut servers = BTreeMap::new();
+        sink.counters.add_in(1000);
+        servers.insert(sink.addr, sink);
+        Demo {
+            layout,
+            fronts,
+            servers,
+            cli: None,
+        }
+    }
+
+    fn view(fe_bin: u64, s1_bin: u64, fe_scur: u64) -> ShuntView {
+        let csv = format!(
+            "# pxname,svname,scur,bin,bout,\nfe,FRONTEND,{fe_scur},{fe_bin},0,\n\
+             be,s1,0,{s1_bin},0,\nbe,BACKEND,0,{s1_bin},0,\n"
+        );
+        ShuntView {
+            rows: servers::parse_show_stat(&csv).expect("csv"),
+            info: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn cross_check_agrees_and_catches_every_difference() {
+        let demo = tiny_demo();
+        assert_eq!(
+            demo.mismatches(&view(1000, 1000, 0)).expect("ok"),
+            Vec::<String>::new()
+        );
+        let d = demo.mismatches(&view(999, 1000, 0)).expect("ok");
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(
+            d[0].starts_with("fe/FRONTEND: shunt counted bin=999"),
+            "{d:?}"
+        );
+        let d = demo.mismatches(&view(1000, 0, 0)).expect("ok");
+        assert!(d[0].starts_with("be/s1:"), "{d:?}");
+        assert_eq!(view(1000, 1000, 2).open_sessions().expect("n"), 2);
+        let mut missing = view(1000, 1000, 0);
+        missing.rows.retain(|r| r.get("svname") != "FRONTEND");
+        let d = demo.mismatches(&missing).expect("ok");
+        assert!(d[0].contains("no such row"), "{d:?}");
     }
 }

@@ -3,15 +3,20 @@
 //! Owns: an echo server (writes back what it reads, forwards EOF as FIN), a sink (reads
 //! and discards; optionally answers the byte count as 8 big-endian bytes after EOF, so a
 //! client knows every byte arrived), their per-server counters (scur, stot, bin, bout as
-//! HAProxy names them for a server: bin = bytes received from the proxy), and the
-//! clients that drive them.
+//! HAProxy names them for a server: bin = bytes received from the proxy), the clients
+//! that drive them, and a client of shunt's stats socket (`show stat` CSV and
+//! `show info` parsed into rows and fields).
 //!
 //! Invariants: plain std threads on loopback; at most `MAX_CONNS` connections served at
 //! once per server (more are closed at accept); every blocking socket call has a timeout
-//! (`IO_TIMEOUT`), so no thread waits forever; dropping a `Server` stops its acceptor.
+//! (`IO_TIMEOUT`, `CLI_TIMEOUT`), so no thread waits forever; dropping a `Server` stops
+//! its acceptor.
 
+use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -25,6 +30,10 @@ const MAX_CONNS: u64 = 64;
 pub const IO_TIMEOUT: Duration = Duration::from_secs(30);
 /// Read/write buffer size of servers and clients.
 const BUF: usize = 256 * 1024;
+/// Bound of one stats socket exchange (connect, command, answer up to EOF).
+const CLI_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest stats socket answer read; `show stat` of the demo or bench is a few KiB.
+const CLI_MAX_ANSWER: u64 = 4 << 20;
 
 /// Counters of one endpoint, named as in HAProxy's `show stat`.
 #[derive(Default)]
@@ -306,6 +315,100 @@ pub fn push_to_sink(
     })
 }
 
+/// Runs one command on a stats socket (non-interactive: the answer ends with EOF).
+pub fn cli_command(path: &Path, cmd: &str) -> Result<String> {
+    let mut s = UnixStream::connect(path)
+        .with_context(|| format!("cannot connect to the stats socket {}", path.display()))?;
+    s.set_read_timeout(Some(CLI_TIMEOUT))?;
+    s.set_write_timeout(Some(CLI_TIMEOUT))?;
+    s.write_all(format!("{cmd}\n").as_bytes())
+        .with_context(|| format!("stats socket {}: sending '{cmd}'", path.display()))?;
+    let mut answer = String::new();
+    s.take(CLI_MAX_ANSWER)
+        .read_to_string(&mut answer)
+        .with_context(|| {
+            format!(
+                "stats socket {}: reading the answer to '{cmd}'",
+                path.display()
+            )
+        })?;
+    Ok(answer)
+}
+
+/// One `show stat` row: column name → value (empty columns are present, as "").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatRow(pub BTreeMap<String, String>);
+
+impl StatRow {
+    /// The value of a column, "" when absent or empty.
+    pub fn get(&self, column: &str) -> &str {
+        self.0.get(column).map_or("", String::as_str)
+    }
+
+    /// A numeric column; absent or empty columns count as 0, garbage is an error.
+    pub fn num(&self, column: &str) -> Result<u64> {
+        match self.get(column) {
+            "" => Ok(0),
+            v => v.parse().with_context(|| {
+                format!(
+                    "show stat {}/{}: column {column} is '{v}', not a number",
+                    self.get("pxname"),
+                    self.get("svname")
+                )
+            }),
+        }
+    }
+}
+
+/// Parses `show stat` CSV: the `# pxname,svname,…` header, then one row per line.
+pub fn parse_show_stat(csv: &str) -> Result<Vec<StatRow>> {
+    let mut lines = csv.lines().filter(|l| !l.trim().is_empty());
+    let header = lines
+        .next()
+        .and_then(|h| h.strip_prefix("# "))
+        .with_context(|| format!("show stat: no '# pxname,…' header in {csv:?}"))?;
+    let names: Vec<&str> = header.trim_end_matches(',').split(',').collect();
+    ensure!(
+        names.first() == Some(&"pxname") && names.get(1) == Some(&"svname"),
+        "show stat: the header does not start with pxname,svname: {header:?}"
+    );
+    lines
+        .map(|line| {
+            let values: Vec<&str> = line.trim_end_matches(',').split(',').collect();
+            ensure!(
+                values.len() <= names.len(),
+                "show stat: {} values for {} columns in {line:?}",
+                values.len(),
+                names.len()
+            );
+            Ok(StatRow(
+                names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| (n.to_string(), values.get(i).unwrap_or(&"").to_string()))
+                    .collect(),
+            ))
+        })
+        .collect()
+}
+
+/// Parses `show info`: `Name: value` lines (names may hold spaces, e.g. `Build info`).
+pub fn parse_show_info(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// A numeric `show info` field; absent or garbage is an error naming the field.
+pub fn info_num(info: &BTreeMap<String, String>, name: &str) -> Result<u64> {
+    let v = info
+        .get(name)
+        .with_context(|| format!("show info has no '{name}' field"))?;
+    v.parse()
+        .with_context(|| format!("show info: {name} is '{v}', not a number"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,5 +461,64 @@ mod tests {
         let err = push_to_sink(server.addr, 1000, true, &client, deadline, &|| false)
             .expect_err("no count");
         assert!(format!("{err}").contains("8-byte count"), "{err}");
+    }
+
+    #[test]
+    fn show_stat_csv_parses_by_column_name() {
+        let csv = "# pxname,svname,qcur,scur,stot,bin,bout,status,\n\
+                   demo,FRONTEND,,1,10,123,456,OPEN,\n\
+                   echo,echo1,0,0,5,100,,no check,\n\n";
+        let rows = parse_show_stat(csv).expect("parse");
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].get("svname"), "FRONTEND");
+        assert_eq!(rows[0].num("bin").expect("bin"), 123);
+        assert_eq!(rows[0].num("qcur").expect("empty is 0"), 0);
+        assert_eq!(rows[1].get("status"), "no check");
+        assert_eq!(rows[1].num("bout").expect("bout"), 0);
+        assert!(rows[1].num("status").is_err());
+        assert!(parse_show_stat("demo,FRONTEND\n").is_err(), "no header");
+        assert!(
+            parse_show_stat("# pxname,svname\na,b,c\n").is_err(),
+            "too many values"
+        );
+    }
+
+    #[test]
+    fn show_info_parses_names_with_spaces() {
+        let info = parse_show_info(
+            "Name: shunt\nBuild info: 0.1.0\nSockmapFlows: 3\nBpf: not loaded: EPERM\n",
+        );
+        assert_eq!(info.get("Build info").map(String::as_str), Some("0.1.0"));
+        assert_eq!(
+            info.get("Bpf").map(String::as_str),
+            Some("not loaded: EPERM")
+        );
+        assert_eq!(info_num(&info, "SockmapFlows").expect("n"), 3);
+        assert!(info_num(&info, "Name").is_err());
+        assert!(info_num(&info, "CopyFlows").is_err());
+    }
+
+    #[test]
+    fn cli_command_sends_a_line_and_reads_to_eof() {
+        let dir = std::env::temp_dir().join(format!("xtask-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("s.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = listener.accept().expect("accept");
+            let mut line = Vec::new();
+            let mut byte = [0u8; 1];
+            while c.read(&mut byte).expect("read") == 1 && byte[0] != b'\n' {
+                line.push(byte[0]);
+            }
+            c.write_all(format!("got {}\n\n", String::from_utf8_lossy(&line)).as_bytes())
+                .expect("write");
+        });
+        let answer = cli_command(&path, "show info").expect("command");
+        server.join().expect("server");
+        assert_eq!(answer, "got show info\n\n");
+        assert!(cli_command(&dir.join("absent.sock"), "show info").is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
