@@ -151,8 +151,9 @@ fn early_data_with_a_late_server_200_times() {
     let d2 = digests.clone();
     let server = late_server(Duration::from_millis(100), move |mut s| {
         let got = read_to_end(&mut s).expect("server read");
-        let _ = s.write_all(&(got.len() as u64).to_le_bytes());
+        // Record first: the client's answer below ends its repetition.
         d2.lock().expect("lock").push(sha256(&got));
+        let _ = s.write_all(&(got.len() as u64).to_le_bytes());
     });
     let Some((shunt, addr)) = start(&[server.addr], "", "") else {
         return;

@@ -70,8 +70,11 @@ use crate::sys::sock::{self, SendState};
 pub const DEFAULT_MAX_INFLIGHT: usize = 8 << 20;
 /// Smallest accepted bound: below this, flows would pause on every burst.
 pub const MIN_MAX_INFLIGHT: usize = 256 << 10;
-/// Userspace buffer for passed bytes (bounded: the rest waits in the kernel).
+/// Userspace buffer for passed bytes, kept while a flow is not passing.
 const PASS_BUF: usize = 64 * 1024;
+/// Largest buffer a passing direction grows to (a socket's whole receive
+/// queue, bounded by `tcp_rmem`'s usual maximum).
+const MAX_PASS_BUF: usize = 8 << 20;
 /// Poll period while bytes are moving (counters, backpressure).
 const TICK_ACTIVE: Duration = Duration::from_millis(2);
 /// Poll period once a direction has been idle for a while.
@@ -427,18 +430,47 @@ enum Passed {
 /// partly there would later meet the verdict whole and be sent twice. EOF
 /// and unprocessed bytes are told apart with a peek, which consumes nothing.
 /// `WouldBlock` when there is nothing at all (so readiness is cleared).
-fn read_passed(from: &TcpStream, buf: &mut [u8]) -> io::Result<Passed> {
+fn read_passed(from: &TcpStream, buf: &mut Vec<u8>) -> io::Result<Passed> {
     let fd = from.as_fd();
     let queued = sock::inq(fd)?;
     if queued > 0 {
+        // Take the whole queue at once when it is larger than the buffer:
+        // acknowledging all of it together is how the flow gets back to
+        // kernel redirection while the source keeps sending.
+        let target = queued.min(MAX_PASS_BUF);
+        if buf.len() < target {
+            buf.resize(target, 0);
+        }
+        // Peek: the bytes stay charged to the socket (its receive window
+        // stays closed) until `consume_passed`, after they were forwarded
+        // and acknowledged.
         let want = queued.min(buf.len());
-        let n = sock::recv_nowait(fd, &mut buf[..want], false)?;
+        let n = sock::recv_nowait(fd, &mut buf[..want], true)?;
         return Ok(if n == 0 { Passed::Eof } else { Passed::Data(n) });
     }
     match sock::recv_nowait(fd, &mut [0u8; 1], true)? {
         0 => Ok(Passed::Eof),
         _ => Ok(Passed::Unprocessed),
     }
+}
+
+/// Drop `n` peeked bytes from the psock's queue once they were forwarded and
+/// acknowledged. Acknowledging before consuming is what lets a flow leave
+/// pass mode under load: the source's window reopens only now, so the next
+/// segment usually finds `passed == passed_ack` and is redirected.
+fn consume_passed(from: &TcpStream, buf: &mut [u8], mut n: usize) -> io::Result<()> {
+    while n > 0 {
+        let want = n.min(buf.len());
+        let got = sock::recv_nowait(from.as_fd(), &mut buf[..want], false)?;
+        if got == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{n} peeked bytes vanished from the psock queue"),
+            ));
+        }
+        n -= got;
+    }
+    Ok(())
 }
 
 /// Watch one direction of an inserted flow until EOF was propagated.
@@ -508,6 +540,11 @@ pub async fn run(
                             .redirect_limit
                             .max(redirect_limit(ins.base(dir.to), p.acked, st.written));
                         st.push(ins, dir)?;
+                        consume_passed(from, &mut buf, n).map_err(|e| DirError::new(dir.from, e))?;
+                        if buf.len() > PASS_BUF && sock::inq(from.as_fd()).unwrap_or(1) == 0 {
+                            buf.truncate(PASS_BUF);
+                            buf.shrink_to_fit();
+                        }
                         tick = TICK_ACTIVE;
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
