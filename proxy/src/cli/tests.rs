@@ -601,7 +601,22 @@ fn show_info_has_haproxy_keys_in_order_then_shunt_fields() {
     let kv = info_map(&out);
     let keys: Vec<&str> = kv.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(&keys[..INFO_KEYS.len()], INFO_KEYS);
-    assert_eq!(&keys[INFO_KEYS.len()..], ["Forward_mode"]);
+    assert_eq!(
+        &keys[INFO_KEYS.len()..],
+        [
+            "Forward_mode",
+            "Bpf",
+            "SockmapFlows",
+            "SpliceFlows",
+            "CopyFlows",
+            "SockhashEntries",
+            "SockmapFlowEntries",
+            "SockmapPauses",
+            "SockmapInflightPeak",
+            "SockmapFallbacks",
+            "SockmapRedirectErrors",
+        ]
+    );
     let get = |k: &str| kv.iter().find(|(kk, _)| kk == k).unwrap().1.clone();
     assert_eq!(get("Name"), "shunt");
     assert_eq!(get("Nbthread"), "2");
