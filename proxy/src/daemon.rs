@@ -220,7 +220,7 @@ fn load_bpf(config: &Config, mode: ForwardMode) -> Result<(bool, String), Daemon
     if matches!(mode, ForwardMode::Splice | ForwardMode::Copy) {
         return Ok((
             false,
-            format!("not loaded (forward-mode {})", mode_name(mode)),
+            format!("not loaded (forward-mode {})", mode.as_str()),
         ));
     }
     match crate::handoff::sockmap::init_kernel(config.global.sockmap_max_inflight) {
@@ -238,15 +238,6 @@ fn load_bpf(config: &Config, mode: ForwardMode) -> Result<(bool, String), Daemon
             tracing::warn!("BPF unavailable ({reason}); forwarding with splice");
             Ok((false, format!("unavailable ({reason})")))
         }
-    }
-}
-
-fn mode_name(m: ForwardMode) -> &'static str {
-    match m {
-        ForwardMode::Auto => "auto",
-        ForwardMode::Sockmap => "sockmap",
-        ForwardMode::Splice => "splice",
-        ForwardMode::Copy => "copy",
     }
 }
 

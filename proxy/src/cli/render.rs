@@ -752,7 +752,7 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
         name: "Forward_mode",
         tags: "CGS",
         ty: "str",
-        value: forward_mode_name(st.forward_mode).to_string(),
+        value: st.forward_mode.as_str().to_string(),
     });
     v.push(InfoField {
         pos: 73,
@@ -796,16 +796,6 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
 
 /// Release date printed by `show info` (`Release_date`), updated with each release.
 pub const RELEASE_DATE: &str = "2025/01/01";
-
-fn forward_mode_name(m: crate::config::ForwardMode) -> &'static str {
-    use crate::config::ForwardMode;
-    match m {
-        ForwardMode::Auto => "auto",
-        ForwardMode::Sockmap => "sockmap",
-        ForwardMode::Splice => "splice",
-        ForwardMode::Copy => "copy",
-    }
-}
 
 /// `show info` as `Key: value` lines, or typed lines.
 pub fn show_info(ctx: &Ctx, fmt: InfoFormat) -> String {

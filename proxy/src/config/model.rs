@@ -19,6 +19,18 @@ pub enum ForwardMode {
     Copy,
 }
 
+impl ForwardMode {
+    /// The keyword, as written in the configuration and shown by `show info`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Sockmap => "sockmap",
+            Self::Splice => "splice",
+            Self::Copy => "copy",
+        }
+    }
+}
+
 impl std::str::FromStr for ForwardMode {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

@@ -68,7 +68,7 @@ pub async fn run(
                 burst += n;
                 if burst >= BURST_BYTES {
                     burst = 0;
-                    tokio::task::yield_now().await;
+                    crate::scheduler::yield_now().await;
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {

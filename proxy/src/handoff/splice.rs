@@ -162,7 +162,7 @@ pub async fn run(
         if progressed {
             if burst >= BURST_BYTES {
                 burst = 0;
-                tokio::task::yield_now().await;
+                crate::scheduler::yield_now().await;
             }
             continue;
         }
