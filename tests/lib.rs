@@ -145,7 +145,10 @@ impl Shunt {
             .arg("-f")
             .arg(&cfg_path)
             .args(args)
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("SHUNT_TEST_RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -202,6 +205,12 @@ impl Shunt {
 
 impl Drop for Shunt {
     fn drop(&mut self) {
+        // Debugging aid: keep shunt's log when SHUNT_TEST_LOG_DIR is set.
+        if let Some(dir) = std::env::var_os("SHUNT_TEST_LOG_DIR") {
+            let _ = std::fs::create_dir_all(&dir);
+            let name = format!("shunt-{}.log", self.pid());
+            let _ = std::fs::copy(self.dir.path().join("stderr"), Path::new(&dir).join(name));
+        }
         if self.child.is_some() {
             self.signal(libc::SIGTERM);
             if self.wait(STOP_TIMEOUT).is_none() {
@@ -228,8 +237,14 @@ impl Server {
     where
         F: Fn(TcpStream) + Send + Sync + 'static,
     {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind server");
-        Self::serve(l, handler)
+        // A deep backlog: tests open up to 1000 connections at once.
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("server socket");
+        sock.set_reuse_address(true).expect("reuseaddr");
+        sock.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .expect("bind server");
+        sock.listen(4096).expect("listen");
+        Self::serve(sock.into(), handler)
     }
 
     pub fn serve<F>(l: TcpListener, handler: F) -> Server
