@@ -9,7 +9,12 @@
 //!   and acknowledged every byte passed so far (`FlowCtl` doc), so a
 //!   redirected byte never overtakes one userspace still has to forward;
 //! - it writes only the `FlowStats` entry of the socket it runs for and the
-//!   per-CPU counters; `FlowCtl` is read-only here.
+//!   per-CPU counters; `FlowCtl` is read-only here;
+//! - it logs (aya-log, ring buffer `AYA_LOGS`) only rare diagnostic events,
+//!   never on the redirect fast path: a redirect failure, a missing flow
+//!   entry, and (debug) the first segment a direction passes because it went
+//!   over its redirect limit. A full ring buffer drops the record, never the
+//!   segment; userspace caps the level at load (`AYA_LOG_LEVEL`).
 //!
 //! Built by `xtask/src/ebpf.rs` (nightly, bitcode, llvm-link/opt/llc), never
 //! by the stable workspace build.
@@ -26,12 +31,12 @@ use aya_ebpf::{
     programs::SkBuffContext,
     EbpfContext as _,
 };
+use aya_log_ebpf::{debug, error, info};
 use proxy_common::{
     str_eq, FlowCtl, FlowStats, SockKey, COUNTERS_LEN, COUNTERS_NAME, CTR_NO_FLOW_CTL,
     CTR_NO_FLOW_STATS, CTR_PASS_EMPTY, CTR_PASS_NOT_READY, CTR_PASS_PAUSED, CTR_PASS_UNACKED,
-    CTR_REDIRECT_FAILED,
-    CTR_VERDICT_FAILED, FLOW_CAPACITY, FLOW_CTL_NAME, FLOW_MAP_FLAGS, FLOW_STATS_NAME,
-    SOCKHASH_CAPACITY, SOCKHASH_NAME,
+    CTR_REDIRECT_FAILED, CTR_VERDICT_FAILED, FLOW_CAPACITY, FLOW_CTL_NAME, FLOW_MAP_FLAGS,
+    FLOW_STATS_NAME, SOCKHASH_CAPACITY, SOCKHASH_NAME,
 };
 
 // The `#[map]` attribute needs string literals; these checks make a drift
@@ -66,10 +71,10 @@ pub static LICENSE: [u8; 4] = *b"GPL\0";
 
 /// Why a segment was not redirected (the `Err` of [`try_verdict`]).
 enum Miss {
-    /// No control entry for this socket: count it and pass.
-    NoCtl,
-    /// Control but no counters entry: count it and pass.
-    NoStats,
+    /// No control entry for this socket (cookie): count it and pass.
+    NoCtl(SockKey),
+    /// Control but no counters entry (cookie): count it and pass.
+    NoStats(SockKey),
 }
 
 /// Stream verdict: redirect to the peer stored under our own cookie, or pass.
@@ -77,13 +82,25 @@ enum Miss {
 pub fn shunt_verdict(ctx: SkBuffContext) -> u32 {
     match try_verdict(&ctx) {
         Ok(action) => action,
-        Err(Miss::NoCtl) => {
+        Err(Miss::NoCtl(cookie)) => {
             bump(CTR_NO_FLOW_CTL);
+            // Info, not warn: a verdict that started just before a teardown
+            // deleted the entries lands here too.
+            info!(
+                &ctx,
+                "no flow entry for cookie {}: passing to userspace", cookie
+            );
             SK_PASS
         }
-        Err(Miss::NoStats) => {
+        Err(Miss::NoStats(cookie)) => {
             bump(CTR_NO_FLOW_STATS);
             bump(CTR_VERDICT_FAILED);
+            // Userspace creates the counters before the control entry and
+            // deletes them after it: this is a broken invariant.
+            error!(
+                &ctx,
+                "flow control without counters for cookie {}: passing", cookie
+            );
             SK_PASS
         }
     }
@@ -107,9 +124,11 @@ fn try_verdict(ctx: &SkBuffContext) -> Result<u32, Miss> {
     // userspace replaces entries, and a replaced element stays readable (RCU).
     let ctl = match unsafe { FLOW_CTL.get(cookie) } {
         Some(ctl) => *ctl,
-        None => return Err(Miss::NoCtl),
+        None => return Err(Miss::NoCtl(cookie)),
     };
-    let stats = FLOW_STATS.get_ptr_mut(cookie).ok_or(Miss::NoStats)?;
+    let stats = FLOW_STATS
+        .get_ptr_mut(cookie)
+        .ok_or(Miss::NoStats(cookie))?;
 
     // SAFETY (all dereferences of `stats` below): the pointer comes from a
     // successful map lookup, stays valid for this invocation (RCU), and this
@@ -118,11 +137,23 @@ fn try_verdict(ctx: &SkBuffContext) -> Result<u32, Miss> {
     let passed_bytes = unsafe { (*stats).passed_bytes };
     let pass_reason = if ctl.ready == 0 {
         Some(CTR_PASS_NOT_READY)
-    } else if ctl.paused != 0
-        || (ctl.redirect_limit != 0
-            // SAFETY: see above.
-            && unsafe { (*stats).redirected_bytes } + len > ctl.redirect_limit)
+    } else if ctl.paused != 0 {
+        Some(CTR_PASS_PAUSED)
+    } else if ctl.redirect_limit != 0
+        // SAFETY: see above.
+        && unsafe { (*stats).redirected_bytes } + len > ctl.redirect_limit
     {
+        // Everything passed so far was acknowledged, so the segments before
+        // this one were redirected: this is the first pass over the limit
+        // (until userspace catches up again), not one per segment.
+        if passed_bytes == ctl.passed_ack {
+            debug!(
+                ctx,
+                "cookie {} over its redirect limit of {} bytes: passing",
+                cookie,
+                ctl.redirect_limit
+            );
+        }
         Some(CTR_PASS_PAUSED)
     } else if passed_bytes != ctl.passed_ack {
         Some(CTR_PASS_UNACKED)
@@ -152,6 +183,11 @@ fn try_verdict(ctx: &SkBuffContext) -> Result<u32, Miss> {
         // A miss makes the helper answer SK_DROP; pass instead so no byte is
         // lost: it stays in this socket for userspace.
         bump(CTR_REDIRECT_FAILED);
+        // Info: a pair being torn down (one key already deleted) lands here.
+        info!(
+            ctx,
+            "redirect failed for cookie {} ({} bytes): no peer, passing to userspace", cookie, len
+        );
         // SAFETY: see above.
         unsafe {
             (*stats).redirect_failures += 1;

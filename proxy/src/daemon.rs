@@ -376,6 +376,13 @@ async fn worker_main(
 ) {
     let mut phase = state.phase.clone();
     let mut tasks = crate::cli::serve(state.clone(), cli);
+    // The kernel program's aya-log records, forwarded into tracing by one
+    // task on the first worker (started after the privilege drop: no thread).
+    if scheduler::thread_id() == 0 {
+        if let Some(fut) = crate::handoff::sockmap::kernel().and_then(|b| b.take_logger()) {
+            tasks.push(scheduler::spawn(Class::Bulk, "bpf-log", fut));
+        }
+    }
     for (fi, l) in listeners {
         match TcpListener::from_std(l) {
             Ok(l) => {

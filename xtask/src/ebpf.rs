@@ -13,15 +13,24 @@
 //!    the crate and of its dependencies (core included) hold bitcode.
 //! 2. The bitcode members are extracted with the nightly's `llvm-ar` and linked
 //!    with its `llvm-link --only-needed`, the eBPF crate's module first.
+//!    `--only-needed` pulls from a module only what is undefined when that
+//!    module is reached, so a dependency listed before the module that uses
+//!    it (aya-ebpf-bindings' ring-buffer helpers, used by aya-ebpf) would be
+//!    missed: the link is repeated with the modules that define a symbol still
+//!    undefined until none does (at most [`MAX_LINK_ROUNDS`] rounds).
 //! 3. `opt`: internalize everything but the crate's unmangled exports (programs,
-//!    maps, `LICENSE`) and the mem* builtins, `-cold-callsite-rel-freq=0` so
-//!    forced inlining really happens, O3, drop dead globals and debug info.
+//!    maps, `LICENSE`), the library globals the loader looks up by name
+//!    ([`KEEP_LIBRARY_GLOBALS`]: aya-log's ring buffer and level) and the mem*
+//!    builtins, `-cold-callsite-rel-freq=0` so forced inlining really happens,
+//!    O3, drop dead globals and debug info.
 //! 4. `llc -march=bpfel -mcpu=v3 -bpf-expand-memcpy-in-order
 //!    -bpf-disable-trap-unreachable` (LLVM 22 otherwise emits `__bpf_trap`
 //!    calls that no loader accepts).
 //! 5. The object is checked with `llvm-readobj` before it is copied to the
-//!    output directory: no undefined symbol, no `__bpf_trap`, and the sections
-//!    `license`, `maps` and `sk_skb/stream_verdict` present and non-empty.
+//!    output directory: no undefined symbol, no `__bpf_trap`, the sections
+//!    `license`, `maps` and `sk_skb/stream_verdict` present and non-empty, and
+//!    every kept name the linked module defined still a defined global symbol
+//!    (so a map or global the loader needs was not internalized away).
 //!
 //! Invariant: [`build_ebpf`] either returns the path of an object that passed
 //! the check, or an error that says which step failed and what to do.
@@ -53,6 +62,11 @@ const EBPF_RLIB_STEM: &str = "libproxy_ebpf";
 pub const REQUIRED_SECTIONS: [&str; 3] = ["license", "maps", "sk_skb/stream_verdict"];
 /// Builtins kept exported even when unused, as bpf-linker does.
 const KEEP_BUILTINS: [&str; 5] = ["memcpy", "memmove", "memset", "memcmp", "bcmp"];
+/// Unmangled globals defined by dependencies (not the eBPF crate) that the
+/// loader finds by name: aya-log-ebpf's ring buffer map (`AYA_LOGS`, taken by
+/// `aya_log::EbpfLogger`) and its level (`AYA_LOG_LEVEL`, overridden at load).
+/// Kept exported when the linked module defines them (i.e. a log macro is used).
+pub const KEEP_LIBRARY_GLOBALS: [&str; 2] = ["AYA_LOGS", "AYA_LOG_LEVEL"];
 /// LLVM tools the pipeline runs, all from the nightly's `llvm-tools` component.
 const LLVM_TOOLS: [&str; 6] = [
     "llvm-ar",
@@ -82,6 +96,9 @@ const ENV_KEEP: [&str; 15] = [
     "https_proxy",
     "NO_PROXY",
 ];
+/// Bound on the relink rounds of step 2 (each round resolves at least one
+/// more level of the dependency graph; the graph here is a few levels deep).
+const MAX_LINK_ROUNDS: usize = 16;
 /// Longest tail of a failing tool's stderr quoted in an error.
 const STDERR_TAIL: usize = 4000;
 
@@ -214,17 +231,19 @@ pub fn build_ebpf_in(
         return Err(format!("{} exports no unmangled symbol", main_bc.display()));
     }
 
-    let linked = work.join("linked.bc");
-    let mut link = Command::new(tc.tool("llvm-link"));
-    link.arg("--only-needed")
-        .arg(&main_bc)
-        .args(&dep_bcs)
-        .arg("-o")
-        .arg(&linked);
-    run_output(&mut link, "llvm-link")?;
+    let linked = link_bitcode(&tc, &main_bc, &dep_bcs, &work)?;
+
+    // Library globals present after linking (absent when nothing uses them).
+    let linked_defs = defined_symbols(&tc, &linked)?;
+    let mut must_define: Vec<&str> = exports.iter().map(String::as_str).collect();
+    must_define.extend(
+        KEEP_LIBRARY_GLOBALS
+            .into_iter()
+            .filter(|name| linked_defs.iter().any(|d| d == name)),
+    );
 
     let optimized = work.join("opt.bc");
-    let mut keep: Vec<&str> = exports.iter().map(String::as_str).collect();
+    let mut keep = must_define.clone();
     keep.extend(KEEP_BUILTINS);
     let mut opt = Command::new(tc.tool("opt"));
     opt.arg("-cold-callsite-rel-freq=0")
@@ -247,7 +266,7 @@ pub fn build_ebpf_in(
         .arg(&object);
     run_output(&mut llc, "llc")?;
 
-    check_object(&tc, &object)?;
+    check_object(&tc, &object, &must_define)?;
     fs::create_dir_all(out_dir).map_err(|e| format!("mkdir {}: {e}", out_dir.display()))?;
     let dest = out_dir.join(OBJECT_NAME);
     fs::copy(&object, &dest)
@@ -255,9 +274,50 @@ pub fn build_ebpf_in(
     Ok(dest)
 }
 
+/// Step 2: links the crate's module with what it needs of `deps`, relinking
+/// until no symbol left undefined is defined by one of them.
+fn link_bitcode(
+    tc: &Toolchain,
+    main_bc: &Path,
+    deps: &[PathBuf],
+    work: &Path,
+) -> Result<PathBuf, String> {
+    let mut dep_defs = Vec::with_capacity(deps.len());
+    for dep in deps {
+        dep_defs.push(defined_symbols(tc, dep)?);
+    }
+    let mut input = main_bc.to_path_buf();
+    let mut round_deps: Vec<&PathBuf> = deps.iter().collect();
+    for round in 0..MAX_LINK_ROUNDS {
+        let linked = work.join(format!("linked{round}.bc"));
+        let mut link = Command::new(tc.tool("llvm-link"));
+        link.arg("--only-needed")
+            .arg(&input)
+            .args(&round_deps)
+            .arg("-o")
+            .arg(&linked);
+        run_output(&mut link, "llvm-link")?;
+        let undefined = undefined_symbols(tc, &linked)?;
+        round_deps = deps
+            .iter()
+            .zip(&dep_defs)
+            .filter(|(_, defs)| defs.iter().any(|d| undefined.contains(d)))
+            .map(|(dep, _)| dep)
+            .collect();
+        if round_deps.is_empty() {
+            return Ok(linked);
+        }
+        input = linked;
+    }
+    Err(format!(
+        "llvm-link: symbols still unresolved after {MAX_LINK_ROUNDS} rounds"
+    ))
+}
+
 /// Checks an object: no undefined symbols, no `__bpf_trap`, every
-/// [`REQUIRED_SECTIONS`] present and non-empty.
-pub fn check_object(tc: &Toolchain, object: &Path) -> Result<(), String> {
+/// [`REQUIRED_SECTIONS`] present and non-empty, every name of `globals`
+/// a defined `GLOBAL` symbol.
+pub fn check_object(tc: &Toolchain, object: &Path, globals: &[&str]) -> Result<(), String> {
     let mut readobj = Command::new(tc.tool("llvm-readobj"));
     readobj
         .args(["--elf-output-style=GNU", "--sections", "--symbols"])
@@ -268,12 +328,24 @@ pub fn check_object(tc: &Toolchain, object: &Path) -> Result<(), String> {
     if text.contains("__bpf_trap") {
         problems.push("references __bpf_trap".to_string());
     }
+    let mut defined_globals = Vec::new();
     for line in text.lines() {
         // Symbol rows: "Num: Value Size Type Bind Vis Ndx Name"; row 0 is the
         // null symbol, which is UND by definition and has no name.
         let cols: Vec<&str> = line.split_whitespace().collect();
-        if cols.len() >= 8 && cols[0].ends_with(':') && cols[6] == "UND" {
-            problems.push(format!("undefined symbol {}", cols[7]));
+        if cols.len() >= 8 && cols[0].ends_with(':') {
+            if cols[6] == "UND" {
+                problems.push(format!("undefined symbol {}", cols[7]));
+            } else if cols[4] == "GLOBAL" {
+                defined_globals.push(cols[7]);
+            }
+        }
+    }
+    for name in globals {
+        if !defined_globals.contains(name) {
+            problems.push(format!(
+                "{name} is not a defined global symbol (internalized?)"
+            ));
         }
     }
     for section in REQUIRED_SECTIONS {
@@ -419,19 +491,36 @@ fn is_bitcode(path: &Path) -> bool {
 
 /// Unmangled symbols the eBPF crate defines: its programs, maps and LICENSE.
 fn exported_symbols(tc: &Toolchain, main_bc: &Path) -> Result<Vec<String>, String> {
-    let mut nm = Command::new(tc.tool("llvm-nm"));
-    nm.args(["--defined-only", "--extern-only", "--format=just-symbols"])
-        .arg(main_bc);
-    let out = run_output(&mut nm, "llvm-nm")?;
-    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::trim)
-        .filter(|s| !s.is_empty() && !s.starts_with("_ZN") && !s.starts_with("_R"))
-        .map(str::to_string)
+    let mut names: Vec<String> = defined_symbols(tc, main_bc)?
+        .into_iter()
+        .filter(|s| !s.starts_with("_ZN") && !s.starts_with("_R"))
         .collect();
     names.sort();
     names.dedup();
     Ok(names)
+}
+
+/// Every external symbol a bitcode module defines (`llvm-nm`).
+fn defined_symbols(tc: &Toolchain, module: &Path) -> Result<Vec<String>, String> {
+    nm_symbols(tc, module, "--defined-only")
+}
+
+/// Every symbol a bitcode module references without defining it.
+fn undefined_symbols(tc: &Toolchain, module: &Path) -> Result<Vec<String>, String> {
+    nm_symbols(tc, module, "--undefined-only")
+}
+
+fn nm_symbols(tc: &Toolchain, module: &Path, which: &str) -> Result<Vec<String>, String> {
+    let mut nm = Command::new(tc.tool("llvm-nm"));
+    nm.args([which, "--extern-only", "--format=just-symbols"])
+        .arg(module);
+    let out = run_output(&mut nm, "llvm-nm")?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect())
 }
 
 /// Host triple of the toolchain (where its `llvm-tools` binaries live).

@@ -10,6 +10,17 @@
 //!
 //! Map layouts, names and counter indices come from `proxy-common` only.
 //!
+//! # Kernel log records
+//! The program logs rare diagnostic events with aya-log (ring buffer
+//! `AYA_LOGS`). [`Bpf::load`] sets the kernel-side level from `tracing`'s
+//! maximum level at that moment (so install the subscriber first) and
+//! keeps the ring buffer; [`Bpf::take_logger`] hands out the future that
+//! drains it into `tracing` events with target [`EBPF_LOG_TARGET`]. No
+//! thread is started here: the caller polls that future on its own runtime
+//! (the privilege drop refuses to run with more than one thread). Records
+//! not drained in time are dropped by the program (the ring is full), never
+//! segments.
+//!
 //! # Race window
 //! The verdict (`proxy-ebpf`) redirects a segment received by socket `S` only
 //! when `FlowCtl[cookie(S)]` says `ready && !paused` **and** the kernel's
@@ -64,15 +75,18 @@
 //! Cookies are never reused within a boot, so a stale entry cannot alias a
 //! new socket.
 
+use std::future::Future;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::Mutex;
 
 use aya::maps::{HashMap as AyaHashMap, IterableMap, MapData, MapError, PerCpuArray, SockHash};
 use aya::Ebpf;
+use aya_log::EbpfLogger;
 use proxy_common::{
     FlowCtl, FlowState, FlowStats, SockKey, COUNTERS_LEN, COUNTERS_NAME, FLOW_CAPACITY,
     FLOW_CTL_NAME, FLOW_STATS_NAME, SOCKHASH_CAPACITY, SOCKHASH_NAME, VERDICT_PROGRAM,
 };
+use tracing::level_filters::LevelFilter;
 
 #[cfg(test)]
 mod tests;
@@ -92,6 +106,9 @@ const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 /// Update flags of `bpf(2)`.
 const BPF_NOEXIST: u64 = 1;
 const BPF_EXIST: u64 = 2;
+
+/// `tracing` target of the events forwarded from the program's log records.
+pub const EBPF_LOG_TARGET: &str = "proxy::bpf::kernel";
 
 /// Process-wide result of the last [`Bpf::load`].
 static STATUS: Mutex<Option<BpfStatus>> = Mutex::new(None);
@@ -321,6 +338,9 @@ pub struct Bpf {
     flow_ctl: AyaHashMap<MapData, SockKey, FlowCtl>,
     flow_stats: AyaHashMap<MapData, SockKey, FlowStats>,
     counters: PerCpuArray<MapData, u64>,
+    /// The program's log ring buffer until [`Bpf::take_logger`] takes it;
+    /// `None` from the start when the object logs nothing.
+    logger: Mutex<Option<EbpfLogger<TracingForward>>>,
 }
 
 const _: fn() = || {
@@ -358,7 +378,11 @@ impl Bpf {
     #[cfg(not(shunt_no_bpf))]
     fn load_inner() -> Result<Bpf, BpfError> {
         raise_memlock_limit();
-        let mut ebpf = Ebpf::load(OBJECT)?;
+        let level = kernel_log_level(LevelFilter::current());
+        // must_exist false: an object without log records has no level.
+        let mut ebpf = aya::EbpfLoader::new()
+            .override_global(aya_log::LEVEL, &level, false)
+            .load(OBJECT)?;
         let socks: SockHash<MapData, SockKey> = take(&mut ebpf, SOCKHASH_NAME)?;
         let flow_ctl = take(&mut ebpf, FLOW_CTL_NAME)?;
         let flow_stats = take(&mut ebpf, FLOW_STATS_NAME)?;
@@ -369,13 +393,41 @@ impl Bpf {
             .try_into()?;
         program.load()?;
         program.attach(socks.fd())?;
+        // After the program load (it holds its own reference to the ring
+        // buffer by then). A logger that cannot start costs only the records.
+        let logger = match EbpfLogger::init_with_logger(&mut ebpf, TracingForward) {
+            Ok(logger) => Some(logger),
+            Err(aya_log::Error::MapNotFound) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "BPF log records unavailable");
+                None
+            }
+        };
         Ok(Bpf {
             _ebpf: Mutex::new(ebpf),
             socks,
             flow_ctl,
             flow_stats,
             counters,
+            logger: Mutex::new(logger),
         })
+    }
+
+    /// The task that forwards the program's log records into `tracing`
+    /// (target [`EBPF_LOG_TARGET`]), at most once per load (`None` after the
+    /// first call, or when the object logs nothing). It never ends on its
+    /// own; dropping it stops the forwarding (the program keeps working and
+    /// drops records once the ring is full).
+    ///
+    /// It must be polled inside a tokio runtime with I/O enabled (it waits
+    /// on the ring buffer's fd with `AsyncFd`); it starts no thread, so the
+    /// daemon can spawn it on a worker after the privilege drop.
+    pub fn take_logger(&self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let logger = match self.logger.lock() {
+            Ok(mut guard) => guard.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        }?;
+        Some(forward_log_records(logger))
     }
 
     /// Inserts a pair crosswise: `cookie(client) -> server`,
@@ -568,6 +620,83 @@ impl Bpf {
     fn delete_raw(&self, key: SockKey) -> std::io::Result<()> {
         sys_delete(raw_fd(&self.socks), &key)
     }
+}
+
+/// Drains the ring buffer whenever it becomes readable, until an error.
+async fn forward_log_records(logger: EbpfLogger<TracingForward>) {
+    use tokio::io::{unix::AsyncFd, Interest};
+    // SAFETY: the fd is the ring buffer map's, owned by `logger.ring_buf`'s
+    // `MapData` for the logger's whole life and never replaced; the AsyncFd
+    // owns the logger, so the fd stays open and the same until it is dropped.
+    let registered = unsafe { AsyncFd::register_with_interest(logger, Interest::READABLE) };
+    let mut ring = match registered {
+        Ok(ring) => ring,
+        Err(e) => {
+            tracing::warn!(error = %e, "BPF log records unavailable (epoll registration)");
+            return;
+        }
+    };
+    loop {
+        let mut ready = match ring.readable_mut().await {
+            Ok(ready) => ready,
+            Err(e) => {
+                tracing::warn!(error = %e, "BPF log forwarding stopped");
+                return;
+            }
+        };
+        ready.get_inner_mut().flush();
+        // Cleared only if no new readiness arrived since the wait returned,
+        // so a record committed during the flush is not missed.
+        ready.clear_ready();
+    }
+}
+
+/// aya-log's record level for the most verbose `tracing` level enabled:
+/// records the subscriber would drop are not even written by the program.
+#[cfg(any(test, not(shunt_no_bpf)))]
+fn kernel_log_level(max: LevelFilter) -> u8 {
+    let level = match max.into_level() {
+        None => return 0,
+        Some(tracing::Level::ERROR) => aya_log::Level::Error,
+        Some(tracing::Level::WARN) => aya_log::Level::Warn,
+        Some(tracing::Level::INFO) => aya_log::Level::Info,
+        Some(tracing::Level::DEBUG) => aya_log::Level::Debug,
+        Some(tracing::Level::TRACE) => aya_log::Level::Trace,
+    };
+    level as u8
+}
+
+/// The `log::Log` aya-log writes records to: turns each into a `tracing`
+/// event (target [`EBPF_LOG_TARGET`], message prefixed `bpf: `), so the
+/// records follow the subscriber's filter and format (`shunt -v`) without a
+/// process-wide `log` logger.
+#[derive(Debug, Clone, Copy)]
+struct TracingForward;
+
+impl log::Log for TracingForward {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        let level = match metadata.level() {
+            log::Level::Error => LevelFilter::ERROR,
+            log::Level::Warn => LevelFilter::WARN,
+            log::Level::Info => LevelFilter::INFO,
+            log::Level::Debug => LevelFilter::DEBUG,
+            log::Level::Trace => LevelFilter::TRACE,
+        };
+        level <= LevelFilter::current()
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        let msg = record.args();
+        match record.level() {
+            log::Level::Error => tracing::error!(target: EBPF_LOG_TARGET, "bpf: {msg}"),
+            log::Level::Warn => tracing::warn!(target: EBPF_LOG_TARGET, "bpf: {msg}"),
+            log::Level::Info => tracing::info!(target: EBPF_LOG_TARGET, "bpf: {msg}"),
+            log::Level::Debug => tracing::debug!(target: EBPF_LOG_TARGET, "bpf: {msg}"),
+            log::Level::Trace => tracing::trace!(target: EBPF_LOG_TARGET, "bpf: {msg}"),
+        }
+    }
+
+    fn flush(&self) {}
 }
 
 /// Counts the keys of an aya key iterator, at most `capacity + 1` steps: a

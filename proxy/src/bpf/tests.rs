@@ -418,3 +418,125 @@ fn refused_insert_leaves_maps_empty() {
         0
     );
 }
+
+/// A `tracing` writer appending everything to one shared buffer.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn text(&self) -> String {
+        let bytes = self.0.lock().expect("capture lock").clone();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("capture lock").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn kernel_log_level_follows_the_tracing_level() {
+    assert_eq!(kernel_log_level(LevelFilter::OFF), 0);
+    assert_eq!(kernel_log_level(LevelFilter::ERROR), 1);
+    assert_eq!(kernel_log_level(LevelFilter::INFO), 3);
+    assert_eq!(kernel_log_level(LevelFilter::DEBUG), 4);
+    assert_eq!(kernel_log_level(LevelFilter::TRACE), 5);
+}
+
+/// The program's records (a redirect miss, a missing flow entry, the first
+/// pass over a redirect limit) reach a `tracing` subscriber, formatted as
+/// `shunt -v` prints them, with the cookies in them, through the future of
+/// [`Bpf::take_logger`] polled on a current-thread runtime (no extra thread).
+#[test]
+fn kernel_log_records_reach_tracing_with_the_cookie() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .finish();
+    // Before the load: the kernel-side level is taken from it.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let Some(bpf) = load_or_skip("kernel_log_records_reach_tracing_with_the_cookie") else {
+        return;
+    };
+
+    // Redirect miss (x under a foreign key), as in misses_pass_to_userspace.
+    let (mut peer_x, mut x) = tcp_pair();
+    let cx = socket_cookie(x.as_fd()).expect("cookie x");
+    bpf.create_flow(cx, x.as_fd()).expect("flow entries for x");
+    bpf.set_ready(cx, true).expect("ready x");
+    bpf.insert_raw(cx ^ 0x5a5a, x.as_fd()).expect("insert x");
+    let data = pattern(SMALL, 9);
+    peer_x.write_all(&data).expect("write to x");
+    assert_eq!(read_exactly(&mut x, SMALL, "passed at x"), data);
+
+    // No flow entry: y under its own cookie, without flow state.
+    let (mut peer_y, mut y) = tcp_pair();
+    let cy = socket_cookie(y.as_fd()).expect("cookie y");
+    bpf.insert_raw(cy, y.as_fd()).expect("insert y");
+    peer_y.write_all(&data).expect("write to y");
+    assert_eq!(read_exactly(&mut y, SMALL, "passed at y"), data);
+
+    // Over the redirect limit: a -> b redirected to c -> d up to SMALL
+    // bytes, then the next write passes at b (one debug record).
+    let (mut a, mut b) = tcp_pair();
+    let (c, mut d) = tcp_pair();
+    let (cb, cc) = bpf.insert_pair(b.as_fd(), c.as_fd()).expect("insert b, c");
+    let limited = FlowCtl {
+        ready: 1,
+        redirect_limit: SMALL as u64,
+        ..FlowCtl::default()
+    };
+    bpf.set_ctl(cb, limited).expect("limit b");
+    a.write_all(&data).expect("write a");
+    assert_eq!(read_exactly(&mut d, SMALL, "redirected to d"), data);
+    a.write_all(&data).expect("write a again");
+    assert_eq!(read_exactly(&mut b, SMALL, "passed at b"), data);
+
+    let forward = bpf.take_logger().expect("the object logs: a logger");
+    assert!(bpf.take_logger().is_none(), "the logger is handed out once");
+    let expected = [
+        format!("INFO proxy::bpf::kernel: bpf: redirect failed for cookie {cx} ({SMALL} bytes)"),
+        format!("INFO proxy::bpf::kernel: bpf: no flow entry for cookie {cy}"),
+        format!(
+            "DEBUG proxy::bpf::kernel: bpf: cookie {cb} over its redirect limit of {SMALL} bytes"
+        ),
+    ];
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("current-thread runtime");
+    runtime.block_on(async {
+        let task = tokio::spawn(forward);
+        let deadline = Instant::now() + IO_TIMEOUT;
+        while !expected
+            .iter()
+            .all(|e| captured.text().contains(e.as_str()))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "log records missing after {IO_TIMEOUT:?}; expected {expected:#?}, got:\n{}",
+                captured.text()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        task.abort();
+    });
+    // One record per event, not one per segment.
+    let text = captured.text();
+    assert_eq!(text.matches("over its redirect limit").count(), 1, "{text}");
+
+    bpf.remove_pair(cb, cc);
+    bpf.delete_raw(cx ^ 0x5a5a).expect("delete x");
+    bpf.delete_raw(cy).expect("delete y");
+    bpf.forget_flow(cx);
+}
