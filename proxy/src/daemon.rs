@@ -227,7 +227,12 @@ fn load_bpf(config: &Config, mode: ForwardMode) -> Result<(bool, String), Daemon
         BpfStatus::Loaded => {
             tracing::info!(
                 max_inflight = crate::handoff::sockmap::max_inflight(),
-                "BPF loaded: stream verdict attached to the SOCKHASH; forwarding with sockmap"
+                "BPF loaded: stream verdict attached to the SOCKHASH; {}",
+                if mode == ForwardMode::Sockmap {
+                    "forwarding with sockmap"
+                } else {
+                    "forward-mode auto forwards with splice (sockmap only when forced)"
+                }
             );
             Ok((true, "loaded".to_string()))
         }

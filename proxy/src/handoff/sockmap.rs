@@ -371,6 +371,7 @@ fn progress(ins: &Inserted, dir: Dir, to: &TcpStream) -> Result<SendState, DirEr
     Ok(SendState {
         acked: now.acked.saturating_sub(base.acked),
         queued: now.queued,
+        received: now.received.saturating_sub(base.received),
     })
 }
 
@@ -421,6 +422,34 @@ fn regulate(
         st.push(ins, dir)?;
     }
     Ok(())
+}
+
+/// At EOF, compare what the verdict saw and what entered the peer's send
+/// queue with what TCP received: any difference is a kernel-side duplicate
+/// or loss, reported loudly (it never happened by design of this module).
+fn check_totals(ins: &Inserted, dir: Dir, from: &TcpStream, to: &TcpStream, st: &DirState) {
+    // Everything the source ever received goes through the verdict (nothing
+    // is read before insertion); minus one for the FIN.
+    let received = sock::send_state(from.as_fd())
+        .map(|s| s.received)
+        .unwrap_or(0)
+        .saturating_sub(1);
+    let seen = ins.seen(dir.from).get() + st.acked;
+    let entered = progress(ins, dir, to)
+        .map(|p| p.acked + p.queued)
+        .unwrap_or(0)
+        .saturating_sub(ins.base(dir.to).queued);
+    if seen != received || entered != seen {
+        tracing::warn!(
+            ?dir,
+            received,
+            verdict_and_passed = seen,
+            entered_peer = entered,
+            redirected = ins.seen(dir.from).get(),
+            passed = st.acked,
+            "sockmap byte counts disagree at EOF"
+        );
+    }
 }
 
 /// What a socket in the SOCKHASH has for userspace.
@@ -495,6 +524,7 @@ pub async fn run(
                             written = st.written,
                             "sockmap direction drained at EOF"
                         );
+                        check_totals(ins, dir, from, to, &st);
                         return copy::propagate_eof(flow, dir, to);
                     }
                     Ok(Passed::Unprocessed) => {

@@ -112,6 +112,8 @@ const _: () = assert!(mem::size_of::<TcpInfoPrefix>() == 136);
 pub struct SendState {
     pub acked: u64,
     pub queued: u64,
+    /// `tcpi_bytes_received`: in-order bytes this socket received (no duplicates).
+    pub received: u64,
 }
 
 impl SendState {
@@ -155,6 +157,7 @@ pub fn send_state(fd: BorrowedFd<'_>) -> io::Result<SendState> {
     Ok(SendState {
         acked: info.bytes_acked,
         queued: outq.max(0) as u64,
+        received: info.bytes_received,
     })
 }
 
