@@ -354,6 +354,8 @@ struct DirState {
     acked: u64,
     /// This direction's control as last written (this task is its only writer).
     ctl: FlowCtl,
+    /// Times unprocessed bytes were found in the TCP receive queue (diagnostics).
+    kicks: u64,
 }
 
 impl DirState {
@@ -447,6 +449,7 @@ fn check_totals(ins: &Inserted, dir: Dir, from: &TcpStream, to: &TcpStream, st: 
             entered_peer = entered,
             redirected = ins.seen(dir.from).get(),
             passed = st.acked,
+            kicks = st.kicks,
             "sockmap byte counts disagree at EOF"
         );
     }
@@ -494,6 +497,7 @@ pub async fn run(
         written: 0,
         acked: 0,
         ctl: initial_ctl(ins.base(dir.to)),
+        kicks: 0,
     };
     let mut buf = vec![0u8; PASS_BUF];
     let mut tick = TICK_ACTIVE;
@@ -517,11 +521,12 @@ pub async fn run(
                         }
                         flow.shut(dir.from);
                         drain(flow, ins, dir, to, &st).await?;
-                        tracing::trace!(
+                        tracing::debug!(
                             ?dir,
                             redirected = ins.seen(dir.from).get(),
                             passed = st.acked,
                             written = st.written,
+                            kicks = st.kicks,
                             "sockmap direction drained at EOF"
                         );
                         check_totals(ins, dir, from, to, &st);
@@ -531,6 +536,7 @@ pub async fn run(
                         // Bytes in the TCP receive queue that no verdict has
                         // seen yet: never read them (the verdict would later
                         // take the same segment whole); make it run instead.
+                        st.kicks += 1;
                         sock::set_rcvlowat(from.as_fd(), 1)
                             .map_err(|e| DirError::new(dir.from, e))?;
                         tokio::time::sleep(DRAIN_POLL).await;
