@@ -66,8 +66,6 @@ pub enum Phase {
 pub struct State {
     pub config: Arc<Config>,
     pub forward_mode: ForwardMode,
-    /// Whether flows may be handed to the kernel (BPF loaded, mode allows it).
-    pub kernel: bool,
     /// BPF status for `show info` and logs: "loaded" or why not.
     pub bpf_status: String,
     /// Flows forwarded per mode, for `show info` (sockmap, splice, copy).
@@ -215,13 +213,10 @@ fn drop_privileges(config: &Config) -> Result<(), DaemonError> {
 
 /// Load the BPF program when the mode may use it. `auto` without BPF warns
 /// once and runs on splice; a forced `sockmap` without BPF is a start-up error.
-fn load_bpf(config: &Config, mode: ForwardMode) -> Result<(bool, String), DaemonError> {
+fn load_bpf(config: &Config, mode: ForwardMode) -> Result<String, DaemonError> {
     use crate::bpf::BpfStatus;
     if matches!(mode, ForwardMode::Splice | ForwardMode::Copy) {
-        return Ok((
-            false,
-            format!("not loaded (forward-mode {})", mode.as_str()),
-        ));
+        return Ok(format!("not loaded (forward-mode {})", mode.as_str()));
     }
     match crate::handoff::sockmap::init_kernel(config.global.sockmap_max_inflight) {
         BpfStatus::Loaded => {
@@ -234,14 +229,14 @@ fn load_bpf(config: &Config, mode: ForwardMode) -> Result<(bool, String), Daemon
                     "forward-mode auto forwards with splice (sockmap only when forced)"
                 }
             );
-            Ok((true, "loaded".to_string()))
+            Ok("loaded".to_string())
         }
         BpfStatus::Unavailable(reason) if mode == ForwardMode::Sockmap => {
             Err(DaemonError::BpfRequired(reason))
         }
         BpfStatus::Unavailable(reason) => {
             tracing::warn!("BPF unavailable ({reason}); forwarding with splice");
-            Ok((false, format!("unavailable ({reason})")))
+            Ok(format!("unavailable ({reason})"))
         }
     }
 }
@@ -253,7 +248,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     let forward_mode = opts.forward_mode.unwrap_or(config.global.forward_mode);
     crate::handoff::init_pipes(config.global.pipesize, config.global.maxpipes);
 
-    let (kernel, bpf_status) = load_bpf(&config, forward_mode)?;
+    let bpf_status = load_bpf(&config, forward_mode)?;
     let listeners = bind_all(&config, nbthread)?;
     // Stats sockets: bound before dropping privileges; files removed when this drops.
     let mut cli_sockets = crate::cli::Sockets::bind(&config)?;
@@ -266,7 +261,6 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         stats: Stats::new(&config, nbthread),
         config: config.clone(),
         forward_mode,
-        kernel,
         bpf_status,
         flows_by_mode: Default::default(),
         nbthread,
