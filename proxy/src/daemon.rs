@@ -71,6 +71,8 @@ pub struct State {
     /// Flows forwarded per mode, for `show info` (sockmap, splice, copy).
     pub flows_by_mode: [std::sync::atomic::AtomicU64; 3],
     pub backends: Vec<Arc<BackendRt>>,
+    /// Runtime maps (routing by `map_ip`, edited by the CLI).
+    pub maps: crate::maps::Maps,
     pub stats: Arc<Stats>,
     pub nbthread: usize,
     /// Current flows in the process (global maxconn).
@@ -258,6 +260,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
     let state = Arc::new(State {
         backends: config.backends.iter().map(BackendRt::new).collect(),
+        maps: crate::maps::Maps::new(&config),
         stats: Stats::new(&config, nbthread),
         config: config.clone(),
         forward_mode,

@@ -12,6 +12,7 @@ pub mod config;
 pub mod daemon;
 pub mod handoff;
 pub mod lb;
+pub mod maps;
 pub mod scheduler;
 pub mod session;
 pub mod stats;

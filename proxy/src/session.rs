@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::config::{Backend, ForwardMode, Frontend};
+use crate::config::{Backend, ForwardMode, Frontend, UseBackend};
 use crate::daemon::State;
 use crate::handoff::{self, End, FlowTimeouts, Meter, Mode};
 use crate::lb::AcquireError;
@@ -57,9 +57,29 @@ impl Meter for FlowMeter<'_> {
     }
 }
 
-/// The backend a frontend routes to: the first `use_backend`, else `default_backend`.
-fn route(fe: &Frontend) -> Option<usize> {
-    fe.use_backends.first().copied().or(fe.default_backend)
+/// The backend a flow from `peer` routes to. Every `use_backend` rule is unconditional,
+/// so the first one decides, as in HAProxy's switching rules:
+/// - `use_backend NAME` → that backend;
+/// - `use_backend %[src,map_ip(FILE[,DEFAULT])]` → the backend the longest matching key's
+///   value names, else the one DEFAULT names; a value that names no backend (or no match
+///   and no DEFAULT) ends the rules and `default_backend` applies.
+///
+/// No rule → `default_backend`. The map lookup is one lock-free load and a hash probe
+/// per prefix length in use (`maps/table.rs`).
+fn route(state: &State, fe: &Frontend, peer: SocketAddr) -> Option<usize> {
+    match fe.use_backends.first() {
+        None => fe.default_backend,
+        Some(UseBackend::Static(be)) => Some(*be),
+        Some(UseBackend::SrcMap {
+            map,
+            default_target,
+            ..
+        }) => match state.maps.route(*map, peer.ip()) {
+            Some(target) => target,
+            None => *default_target,
+        }
+        .or(fe.default_backend),
+    }
 }
 
 /// The forwarding mode for a flow. `option splice-*` on the proxies asks for
@@ -115,7 +135,7 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
     fe_ctr.event(Event::Session);
     let _fe_open = Open::new(fe_ctr);
 
-    let Some(be_idx) = route(fe) else {
+    let Some(be_idx) = route(&state, fe, peer) else {
         tracing::debug!(frontend = %fe.name, %peer, "no backend to route to; closing");
         fe_ctr.event(Event::Denied);
         return;

@@ -65,6 +65,18 @@ pub enum ParseError {
     InvalidTimeout,
     #[error("'set timeout' only supports 'cli'.")]
     TimeoutOnlyCli,
+    // The map texts below are HAProxy 2.6's (map.c), byte for byte; note the first has
+    // no final period there either.
+    #[error("'add map' expects three parameters (map identifier, key and value) or one parameter (map identifier) and a payload")]
+    AddMapArgs,
+    #[error("'set map' expects three parameters: map identifier, key and value.")]
+    SetMapArgs,
+    #[error("This command expects two parameters: map identifier and key.")]
+    DelMapArgs,
+    #[error("Missing map identifier.")]
+    MissingMapId,
+    #[error("Missing map identifier and/or key.")]
+    GetMapArgs,
 }
 
 /// One parsed CLI command.
@@ -86,6 +98,30 @@ pub enum Command {
     ShowStat(StatQuery),
     /// `set timeout cli DELAY`
     SetTimeoutCli(Duration),
+    /// `show map`: the list of maps.
+    ShowMaps,
+    /// `show map MAP`: one map's entries.
+    ShowMap(String),
+    /// `get map MAP VALUE`: look VALUE up as a flow would.
+    GetMap { map: String, value: String },
+    /// `add map MAP KEY VALUE`
+    AddMap {
+        map: String,
+        key: String,
+        value: String,
+    },
+    /// `add map MAP <<` and its payload of `key value` lines.
+    AddMapPayload { map: String, payload: String },
+    /// `set map MAP KEY|#REF VALUE`
+    SetMap {
+        map: String,
+        key: String,
+        value: String,
+    },
+    /// `del map MAP KEY|#REF`
+    DelMap { map: String, key: String },
+    /// `clear map MAP`
+    ClearMap(String),
     /// A known command with bad arguments.
     Bad { need: CliLevel, err: ParseError },
     /// No command matches these words.
@@ -100,6 +136,11 @@ impl Command {
         match self {
             Command::SetLevel(l) => *l,
             Command::Bad { need, .. } => *need,
+            Command::AddMap { .. }
+            | Command::AddMapPayload { .. }
+            | Command::SetMap { .. }
+            | Command::DelMap { .. }
+            | Command::ClearMap(_) => CliLevel::Operator,
             _ => CliLevel::User,
         }
     }
@@ -117,9 +158,34 @@ pub struct HelpEntry {
 /// come last, as in HAProxy's own listing. Keep in step with [`parse`].
 pub const HELP: &[HelpEntry] = &[
     HelpEntry {
+        keywords: &["add", "map"],
+        syntax: "add map [@<ver>] <map> <key> <val>",
+        desc: "add a map entry (payload supported instead of key/val)",
+    },
+    HelpEntry {
+        keywords: &["clear", "map"],
+        syntax: "clear map [@<ver>] <map>",
+        desc: "clear the contents of this map",
+    },
+    HelpEntry {
+        keywords: &["del", "map"],
+        syntax: "del map <map> [<key>|#<ref>]",
+        desc: "delete map entries matching <key>",
+    },
+    HelpEntry {
+        keywords: &["get", "map"],
+        syntax: "get map <map> <value>",
+        desc: "report the keys and values matching a sample for a map",
+    },
+    HelpEntry {
         keywords: &["operator"],
         syntax: "operator",
         desc: "lower the level of the current CLI session to operator",
+    },
+    HelpEntry {
+        keywords: &["set", "map"],
+        syntax: "set map <map> [<key>|#<ref>] <value>",
+        desc: "modify a map entry",
     },
     HelpEntry {
         keywords: &["set", "timeout"],
@@ -135,6 +201,11 @@ pub const HELP: &[HelpEntry] = &[
         keywords: &["show", "info"],
         syntax: "show info [desc|json|typed|float]*",
         desc: "report information about the running process",
+    },
+    HelpEntry {
+        keywords: &["show", "map"],
+        syntax: "show map [@ver] [map]",
+        desc: "report available maps or dump a map's contents",
     },
     HelpEntry {
         keywords: &["show", "stat"],
@@ -183,6 +254,36 @@ pub fn parse(req: &Request) -> Command {
             })
         }
         ["show", "stat", rest @ ..] => Command::ShowStat(parse_stat_query(rest)),
+        ["show", "map"] => Command::ShowMaps,
+        ["show", "map", map, ..] => Command::ShowMap(map.to_string()),
+        ["get", "map", map, value, ..] => Command::GetMap {
+            map: map.to_string(),
+            value: value.to_string(),
+        },
+        ["get", "map", ..] => bad(CliLevel::User, ParseError::GetMapArgs),
+        ["add", "map", map, ..] if req.payload.is_some() => Command::AddMapPayload {
+            map: map.to_string(),
+            payload: req.payload.clone().unwrap_or_default(),
+        },
+        ["add", "map", map, key, value, ..] => Command::AddMap {
+            map: map.to_string(),
+            key: key.to_string(),
+            value: value.to_string(),
+        },
+        ["add", "map", ..] => bad(CliLevel::Operator, ParseError::AddMapArgs),
+        ["set", "map", map, key, value, ..] => Command::SetMap {
+            map: map.to_string(),
+            key: key.to_string(),
+            value: value.to_string(),
+        },
+        ["set", "map", ..] => bad(CliLevel::Operator, ParseError::SetMapArgs),
+        ["del", "map", map, key, ..] => Command::DelMap {
+            map: map.to_string(),
+            key: key.to_string(),
+        },
+        ["del", "map", ..] => bad(CliLevel::Operator, ParseError::DelMapArgs),
+        ["clear", "map", map, ..] => Command::ClearMap(map.to_string()),
+        ["clear", "map"] => bad(CliLevel::Operator, ParseError::MissingMapId),
         ["set", "timeout", rest @ ..] => match rest {
             ["cli", delay, ..] => match parse_delay_secs(delay) {
                 Ok(d) => Command::SetTimeoutCli(d),
@@ -202,6 +303,10 @@ pub fn parse(req: &Request) -> Command {
         },
         _ => Command::Unknown(req.words.clone()),
     }
+}
+
+fn bad(need: CliLevel, err: ParseError) -> Command {
+    Command::Bad { need, err }
 }
 
 /// `show stat` arguments as HAProxy reads them: the filter applies only when three

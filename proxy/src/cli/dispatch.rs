@@ -6,6 +6,7 @@
 //! nothing else in the CLI changes state. Answers are HAProxy's exact strings.
 
 use crate::config::CliLevel;
+use crate::maps::{MapError, MapRt, Maps};
 
 use super::command::{Command, ProxySel};
 use super::render::{self, StatFilter};
@@ -15,6 +16,8 @@ use super::{Ctx, Session};
 pub const PERMISSION_DENIED: &str = "Permission denied\n";
 /// `show stat` naming a proxy that does not exist.
 pub const NO_SUCH_PROXY: &str = "No such proxy.\n";
+/// A map command naming no loaded map.
+pub const UNKNOWN_MAP: &str = "Unknown map identifier. Please use #<id> or <file>.\n";
 
 /// What a command answers. The body is empty or ends with `\n`; the framing adds the
 /// empty line that ends every answer.
@@ -93,8 +96,48 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
             sess.timeout = d;
             Output::empty()
         }
+        Command::ShowMaps => Output::Text(render::show_maps(&ctx.state.maps)),
+        Command::ShowMap(name) => match ctx.state.maps.find(&name) {
+            Some(map) => Output::Text(render::show_map(&map.table())),
+            None => Output::text(UNKNOWN_MAP),
+        },
+        Command::GetMap { map, value } => match ctx.state.maps.find(&map) {
+            Some(map) => Output::Text(render::get_map(&map.table(), &value)),
+            None => Output::text(UNKNOWN_MAP),
+        },
+        Command::AddMap { map, key, value } => {
+            map_change(ctx, &map, |maps, m| maps.add(m, &key, &value))
+        }
+        Command::AddMapPayload { map, payload } => {
+            map_change(ctx, &map, |maps, m| maps.add_payload(m, &payload))
+        }
+        Command::SetMap { map, key, value } => {
+            map_change(ctx, &map, |maps, m| maps.set(m, &key, &value))
+        }
+        Command::DelMap { map, key } => map_change(ctx, &map, |maps, m| maps.del(m, &key)),
+        Command::ClearMap(map) => map_change(ctx, &map, |maps, m| {
+            maps.clear(m);
+            Ok(())
+        }),
         Command::Bad { err, .. } => Output::Text(format!("{err}\n")),
         Command::Unknown(words) => Output::Text(render::unknown(&words)),
+    }
+}
+
+/// Apply a change to the map named `name`: HAProxy's answers are empty on success,
+/// the error text and a period otherwise.
+fn map_change(
+    ctx: &Ctx,
+    name: &str,
+    f: impl FnOnce(&Maps, &MapRt) -> Result<(), MapError>,
+) -> Output {
+    let maps = &ctx.state.maps;
+    let Some(map) = maps.find(name) else {
+        return Output::text(UNKNOWN_MAP);
+    };
+    match f(maps, map) {
+        Ok(()) => Output::empty(),
+        Err(e) => Output::Text(format!("{e}.\n")),
     }
 }
 

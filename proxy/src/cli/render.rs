@@ -13,6 +13,8 @@ use std::time::UNIX_EPOCH;
 use crate::config::{Backend, Balance, CliLevel, Frontend};
 use crate::daemon::Phase;
 
+use crate::maps::{self, Maps, Table};
+
 use super::command::{HelpEntry, InfoFormat, HELP};
 use super::Ctx;
 
@@ -517,7 +519,13 @@ fn backend_slim(ctx: &Ctx, bi: usize, be: &Backend) -> usize {
         .config
         .frontends
         .iter()
-        .filter(|fe| fe.default_backend == Some(bi) || fe.use_backends.contains(&bi))
+        .filter(|fe| {
+            fe.default_backend == Some(bi)
+                || fe
+                    .use_backends
+                    .iter()
+                    .any(|u| u.static_target() == Some(bi))
+        })
         .map(|fe| frontend_slim(ctx, fe))
         .sum();
     sum.div_ceil(10)
@@ -904,6 +912,41 @@ pub fn unknown(words: &[String]) -> String {
         help_line(&mut out, &HELP[i]);
     }
     out
+}
+
+/// `show map`: one line per loaded map, under HAProxy's header.
+pub fn show_maps(maps: &Maps) -> String {
+    let mut out = String::from("# id (file) description\n");
+    for m in maps.iter() {
+        out.push_str(&m.describe());
+        out.push('\n');
+    }
+    out
+}
+
+/// `show map MAP`: `0x<ref> key value` per entry, in insertion order.
+pub fn show_map(table: &Table) -> String {
+    let mut out = String::new();
+    for e in table.entries_in_order() {
+        let _ = writeln!(out, "0x{:x} {} {}", maps::entry_ptr(e), e.key, e.value);
+    }
+    out
+}
+
+/// `get map MAP VALUE`: VALUE looked up as a flow's address would be (a value that is
+/// not an address matches nothing, as HAProxy's failed cast).
+pub fn get_map(table: &Table, value: &str) -> String {
+    let hit = value
+        .parse::<std::net::IpAddr>()
+        .ok()
+        .and_then(|ip| table.lookup(ip));
+    match hit {
+        Some(e) => format!(
+            "type=ip, case=sensitive, found=yes, idx=tree, key=\"{}\", value=\"{}\", type=\"str\"\n",
+            e.key, e.value
+        ),
+        None => "type=ip, case=sensitive, found=no\n".to_string(),
+    }
 }
 
 /// `show cli level`.

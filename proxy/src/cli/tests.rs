@@ -17,8 +17,8 @@ use tokio::sync::{watch, Notify};
 
 use super::*;
 use crate::config::{
-    Backend, Balance, CheckParams, Config, ForwardMode, Frontend, Global, Location, Server,
-    Timeouts,
+    Backend, Balance, CheckParams, Config, ForwardMode, Frontend, Global, Location, MapSource,
+    Server, Timeouts,
 };
 use crate::daemon::Phase;
 use crate::lb::BackendRt;
@@ -85,6 +85,7 @@ fn reference_config(fe_bind: SocketAddr, s_ports: [u16; 2]) -> Config {
             log_global: false,
             line: Location::default(),
         }],
+        maps: vec![],
     }
 }
 
@@ -93,6 +94,7 @@ fn make_ctx(config: Config) -> (Ctx, watch::Sender<Phase>) {
     let config = Arc::new(config);
     let state = Arc::new(State {
         backends: config.backends.iter().map(BackendRt::new).collect(),
+        maps: crate::maps::Maps::new(&config),
         stats: Stats::new(&config, 2),
         config: config.clone(),
         forward_mode: ForwardMode::Auto,
@@ -800,4 +802,178 @@ fn end_to_end_daemon_serves_stats_socket_with_live_counters() {
     // The daemon thread keeps running until the test process exits; its socket
     // file is removed by `Sockets` on a normal stop (tested above).
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The reference config plus map `#0` (`/run/haproxy/be.map` of the transcript, with
+/// map_ip keys) used by `use_backend` at `haproxy.cfg:16`.
+fn map_ctx() -> (Ctx, watch::Sender<Phase>) {
+    let mut c = reference_config("127.0.0.1:18080".parse().unwrap(), [19001, 19002]);
+    c.maps = vec![MapSource {
+        path: "/run/haproxy/be.map".into(),
+        used_at: Location {
+            file: "haproxy.cfg".into(),
+            line: 16,
+        },
+        entries: crate::maps::parse_text("be.map", "# key value\n127.0.0.1 b\n10.0.0.1 b\n")
+            .unwrap(),
+    }];
+    make_ctx(c)
+}
+
+fn admin_session() -> Session {
+    Session::new(CliLevel::Admin, Duration::from_secs(10))
+}
+
+/// `show map MAP` lines without their pointers, and the pointers apart.
+fn map_lines(out: &str) -> (Vec<String>, Vec<String>) {
+    let mut kv = Vec::new();
+    let mut ptrs = Vec::new();
+    for l in out.lines().filter(|l| !l.is_empty()) {
+        let (p, rest) = l.split_once(' ').unwrap();
+        assert!(p.starts_with("0x"), "{l}");
+        ptrs.push(p.to_string());
+        kv.push(rest.to_string());
+    }
+    (kv, ptrs)
+}
+
+#[test]
+fn map_commands_answer_like_the_haproxy_transcript() {
+    let (ctx, _tx) = map_ctx();
+    let run = |cmd: &str| converse(&ctx, admin_session(), format!("{cmd}\n").as_bytes(), true);
+    assert_eq!(
+        run("show map"),
+        "# id (file) description\n0 (/run/haproxy/be.map) pattern loaded from file '/run/haproxy/be.map' used by map at file 'haproxy.cfg' line 16. curr_ver=0 next_ver=0 entry_cnt=2\n\n"
+    );
+    assert_eq!(
+        run("add map #0 k v; show map #9"),
+        "'k' is not a valid IPv4 or IPv6 address.\n\nUnknown map identifier. Please use #<id> or <file>.\n\n"
+    );
+    assert_eq!(run("add map #0 10.0.0.0/8 v"), "\n");
+    let before = run("show map #0");
+    let (kv, ptrs) = map_lines(&before);
+    assert_eq!(kv, ["127.0.0.1 b", "10.0.0.1 b", "10.0.0.0/8 v"]);
+    assert!(before.ends_with("\n\n"));
+    // The file name works as well as the id; pointers are stable.
+    assert_eq!(run("show map /run/haproxy/be.map"), before);
+    assert_eq!(
+        run("get map #0 10.2.3.4"),
+        "type=ip, case=sensitive, found=yes, idx=tree, key=\"10.0.0.0/8\", value=\"v\", type=\"str\"\n\n"
+    );
+    assert_eq!(
+        run("get map #0 192.0.2.1"),
+        "type=ip, case=sensitive, found=no\n\n"
+    );
+    assert_eq!(run("get map #0 k"), "type=ip, case=sensitive, found=no\n\n");
+    assert_eq!(run("set map #0 10.0.0.0/8 v9"), "\n");
+    let (kv, ptrs2) = map_lines(&run("show map #0"));
+    assert_eq!(kv, ["127.0.0.1 b", "10.0.0.1 b", "10.0.0.0/8 v9"]);
+    assert_eq!(ptrs, ptrs2);
+    assert_eq!(run("set map #0 10.9.9.9 x"), "entry not found.\n\n");
+    assert_eq!(run("del map #0 10.0.0.0/8"), "\n");
+    assert_eq!(run("del map #0 nosuchkey"), "Key not found.\n\n");
+    // Delete by reference.
+    assert_eq!(run(&format!("del map #0 #{}", ptrs[1])), "\n");
+    assert_eq!(map_lines(&run("show map #0")).0, ["127.0.0.1 b"]);
+    assert_eq!(run("add map /run/haproxy/be.map 10.0.0.3 v3"), "\n");
+    assert_eq!(run("clear map #0"), "\n");
+    assert_eq!(run("show map #0"), "\n");
+    assert!(run("show map").contains("entry_cnt=0\n"));
+    for (cmd, err) in [
+        ("show map nosuch", "Unknown map identifier. Please use #<id> or <file>.\n"),
+        ("add map #1 10.0.0.1 v", "Unknown map identifier. Please use #<id> or <file>.\n"),
+        ("set map x 10.0.0.1 v", "Unknown map identifier. Please use #<id> or <file>.\n"),
+        ("del map #7 10.0.0.1", "Unknown map identifier. Please use #<id> or <file>.\n"),
+        ("clear map #7", "Unknown map identifier. Please use #<id> or <file>.\n"),
+        ("get map #7 10.0.0.1", "Unknown map identifier. Please use #<id> or <file>.\n"),
+        ("add map #0 10.0.0.1", "'add map' expects three parameters (map identifier, key and value) or one parameter (map identifier) and a payload\n"),
+        ("set map #0 10.0.0.1", "'set map' expects three parameters: map identifier, key and value.\n"),
+        ("del map #0", "This command expects two parameters: map identifier and key.\n"),
+        ("clear map", "Missing map identifier.\n"),
+        ("get map #0", "Missing map identifier and/or key.\n"),
+    ] {
+        assert_eq!(run(cmd), format!("{err}\n"), "{cmd}");
+    }
+}
+
+#[test]
+fn map_changes_need_operator_level() {
+    let (ctx, _tx) = map_ctx();
+    let user = || Session::new(CliLevel::User, Duration::from_secs(10));
+    for cmd in [
+        "add map #0 10.0.0.9 b",
+        "add map #0 10.0.0.9",
+        "set map #0 10.0.0.1 x",
+        "del map #0 10.0.0.1",
+        "clear map #0",
+    ] {
+        assert_eq!(
+            converse(&ctx, user(), format!("{cmd}\n").as_bytes(), true),
+            "Permission denied\n\n",
+            "{cmd}"
+        );
+    }
+    // Reading is allowed to users; nothing was changed.
+    let got = converse(&ctx, user(), b"show map #0\n", true);
+    assert_eq!(map_lines(&got).0, ["127.0.0.1 b", "10.0.0.1 b"]);
+    assert_eq!(
+        converse(&ctx, user(), b"get map #0 10.0.0.1\n", true),
+        "type=ip, case=sensitive, found=yes, idx=tree, key=\"10.0.0.1\", value=\"b\", type=\"str\"\n\n"
+    );
+    // Operators may change maps.
+    assert_eq!(
+        converse(&ctx, op_session(), b"add map #0 10.0.0.9 b\n", true),
+        "\n"
+    );
+}
+
+#[test]
+fn add_map_payload_in_prompt_mode() {
+    let (ctx, _tx) = map_ctx();
+    let got = converse(
+        &ctx,
+        admin_session(),
+        b"prompt\nadd map #0 <<\n10.1.0.1 v1\n10.1.0.2   v2 with spaces\n\nshow map #0\nquit\n",
+        false,
+    );
+    let (head, rest) = got.split_at(got.find("> 0x").unwrap() + 2);
+    assert_eq!(head, "\n> + + + \n> ");
+    assert_eq!(
+        map_lines(rest.trim_end_matches("> ")).0,
+        [
+            "127.0.0.1 b",
+            "10.0.0.1 b",
+            "10.1.0.1 v1",
+            "10.1.0.2 v2 with spaces"
+        ]
+    );
+    assert!(rest.ends_with("\n\n> "));
+    // A bad payload line: the lines before it stay, the error names it.
+    assert_eq!(
+        converse(
+            &ctx,
+            admin_session(),
+            b"add map #0 <<\n10.2.0.1 a\nzz b\n10.2.0.2 c\n",
+            true
+        ),
+        "'zz' is not a valid IPv4 or IPv6 address.\n\n"
+    );
+    let got = converse(&ctx, admin_session(), b"show map #0\n", true);
+    assert!(got.contains(" 10.2.0.1 a\n") && !got.contains("10.2.0.2"));
+}
+
+#[test]
+fn five_add_maps_then_immediate_close_are_all_applied() {
+    let (ctx, _tx) = map_ctx();
+    for run in 0..200 {
+        let got = converse(
+            &ctx,
+            admin_session(),
+            b"add map #0 10.0.0.1 1; add map #0 10.0.0.2 2; add map #0 10.0.0.3 3; add map #0 10.0.0.4 4; add map #0 10.0.0.5 5\n",
+            true,
+        );
+        assert_eq!(got, "\n\n\n\n\n", "run {run}");
+    }
+    // The file's 2 entries plus 200 × 5 (duplicates are kept, as HAProxy does).
+    assert_eq!(ctx.state.maps.get(0).unwrap().table().len(), 2 + 200 * 5);
 }

@@ -222,8 +222,8 @@ pub struct Frontend {
     pub binds: Vec<SocketAddr>,
     /// Index into [`Config::backends`].
     pub default_backend: Option<usize>,
-    /// Unconditional `use_backend NAME` rules, in order (index into backends).
-    pub use_backends: Vec<usize>,
+    /// Unconditional `use_backend` rules, in order.
+    pub use_backends: Vec<UseBackend>,
     /// 0 = limited only by global maxconn.
     pub maxconn: usize,
     pub timeouts: Timeouts,
@@ -249,12 +249,50 @@ pub struct Backend {
     pub line: Location,
 }
 
+/// One unconditional `use_backend` rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UseBackend {
+    /// `use_backend NAME` (index into [`Config::backends`]).
+    Static(usize),
+    /// `use_backend %[src,map_ip(FILE[,DEFAULT])]`: the client address looked up in
+    /// map `map` (index into [`Config::maps`]); its value names the backend.
+    SrcMap {
+        map: usize,
+        /// The converter's default value, used when no key matches.
+        default: Option<String>,
+        /// The backend `default` names, when one does.
+        default_target: Option<usize>,
+    },
+}
+
+impl UseBackend {
+    /// The backend this rule names statically, if any.
+    pub fn static_target(&self) -> Option<usize> {
+        match self {
+            UseBackend::Static(i) => Some(*i),
+            UseBackend::SrcMap { default_target, .. } => *default_target,
+        }
+    }
+}
+
+/// A map file referenced by the configuration, loaded and checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapSource {
+    /// The file name as written.
+    pub path: String,
+    /// The first rule that uses it.
+    pub used_at: Location,
+    pub entries: Vec<crate::maps::FileEntry>,
+}
+
 /// The whole validated configuration.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Config {
     pub global: Global,
     pub frontends: Vec<Frontend>,
     pub backends: Vec<Backend>,
+    /// Map files, in load order (index = the map's `#id`).
+    pub maps: Vec<MapSource>,
 }
 
 impl Config {

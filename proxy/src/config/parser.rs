@@ -134,7 +134,7 @@ pub struct ProxyDraft {
     pub splice: SpliceOpts,
     pub log_global: bool,
     pub default_backend: Option<(String, Location)>,
-    pub use_backends: Vec<(String, Location)>,
+    pub use_backends: Vec<(UseBackendDraft, Location)>,
     pub binds: Vec<(SocketAddr, Location)>,
     pub servers: Vec<ServerDraft>,
     pub default_server: ServerOpts,
@@ -161,6 +161,54 @@ impl ProxyDraft {
             default_server: ServerOpts::default(),
         }
     }
+}
+
+/// A `use_backend` target before names and files are resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UseBackendDraft {
+    /// A backend name.
+    Name(String),
+    /// `%[src,map_ip(PATH[,DEFAULT])]`.
+    SrcMap {
+        path: String,
+        default: Option<String>,
+    },
+}
+
+/// The one log-format expression shunt evaluates for a backend name.
+const SRC_MAP_IP: &str = "%[src,map_ip(";
+
+/// Parse a `use_backend` argument: a plain name, or `%[src,map_ip(FILE[,DEFAULT])]`.
+pub fn parse_use_backend(arg: &str) -> Result<UseBackendDraft, String> {
+    if !arg.contains("%[") {
+        return Ok(UseBackendDraft::Name(arg.to_string()));
+    }
+    let unsupported = || {
+        format!(
+            "'use_backend' : unsupported dynamic backend name '{arg}' (shunt supports only '%[src,map_ip(<file>[,<default>])]')."
+        )
+    };
+    let inner = arg
+        .strip_prefix(SRC_MAP_IP)
+        .and_then(|r| r.strip_suffix(")]"))
+        .ok_or_else(unsupported)?;
+    let (path, default) = match inner.split_once(',') {
+        Some((p, d)) => (p, Some(d)),
+        None => (inner, None),
+    };
+    if path.is_empty() {
+        return Err("'use_backend' : converter 'map_ip' : missing map file name.".to_string());
+    }
+    if default.is_some_and(|d| d.is_empty() || d.contains([',', '(', ')', '[', ']'])) {
+        return Err(unsupported());
+    }
+    if path.contains(['(', ')', '[', ']']) {
+        return Err(unsupported());
+    }
+    Ok(UseBackendDraft::SrcMap {
+        path: path.to_string(),
+        default: default.map(str::to_string),
+    })
 }
 
 enum Section {
@@ -970,7 +1018,7 @@ fn proxy_line(
             if kw == "default_backend" {
                 d.default_backend = Some((name.to_string(), loc.clone()));
             } else {
-                d.use_backends.push((name.to_string(), loc.clone()));
+                d.use_backends.push((parse_use_backend(name)?, loc.clone()));
             }
             Ok(())
         }

@@ -771,7 +771,10 @@ frontend fe
         }
     );
     assert!(fe.log_global);
-    assert_eq!(fe.use_backends, [0, 0]);
+    assert_eq!(
+        fe.use_backends,
+        [UseBackend::Static(0), UseBackend::Static(0)]
+    );
     assert_eq!(fe.default_backend, None);
 }
 
@@ -1314,4 +1317,85 @@ fn full_example_details() {
     assert_eq!(archive.servers[0].addr, sa("[2001:db8::1]:9000"));
     assert_eq!(c.frontends[0].binds.len(), 7);
     assert_eq!(c.global.maxpipes, 10000);
+}
+
+/// A map file in a fresh temporary directory.
+fn map_file(tag: &str, text: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("shunt-cfgmap-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("src.map");
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn use_backend_src_map_ip_loads_each_file_once_in_order() {
+    let m1 = map_file("ok1", "# k v\n127.0.0.2 a\n10.0.0.0/8 b\n");
+    let m2 = map_file("ok2", "::1 b\n");
+    let c = okd(&format!(
+        "frontend fe\n bind 127.0.0.1:8080\n use_backend %[src,map_ip({m1},b)]\n default_backend a\n\
+         listen li\n bind 127.0.0.1:8081\n use_backend %[src,map_ip({m2})]\n server s 127.0.0.1:1\n\
+         frontend fe2\n bind 127.0.0.1:8082\n use_backend %[src,map_ip({m1})]\n\
+         backend a\nbackend b\n"
+    ));
+    assert_eq!(c.maps.len(), 2);
+    assert_eq!(c.maps[0].path, m1);
+    assert_eq!(c.maps[0].entries.len(), 2);
+    assert_eq!(c.maps[0].used_at.line, 8);
+    assert_eq!(c.maps[1].path, m2);
+    let b = c.backend_by_name("b");
+    assert_eq!(
+        c.frontends[0].use_backends,
+        [UseBackend::SrcMap {
+            map: 0,
+            default: Some("b".into()),
+            default_target: b,
+        }]
+    );
+    assert_eq!(
+        c.frontends[1].use_backends,
+        [UseBackend::SrcMap {
+            map: 1,
+            default: None,
+            default_target: None,
+        }]
+    );
+    // The same file is the same map.
+    assert!(matches!(
+        c.frontends[2].use_backends[..],
+        [UseBackend::SrcMap { map: 0, .. }]
+    ));
+}
+
+#[test]
+fn use_backend_map_errors_name_file_and_line() {
+    let e = err1(&format!(
+        "{DEFAULTS}frontend fe\n bind :8080\n use_backend %[src,map_ip(/nonexistent/x.map)]\n"
+    ));
+    assert_eq!(
+        e,
+        "parsing [t.cfg:8] : error detected in frontend 'fe' while parsing 'use_backend' rule : map_ip: failed to open pattern file </nonexistent/x.map>."
+    );
+    let m = map_file("bad", "10.0.0.1 a\n\nk v\n");
+    let e = err1(&format!(
+        "{DEFAULTS}frontend fe\n bind :8080\n use_backend %[src,map_ip({m},a)]\nbackend a\n"
+    ));
+    assert_eq!(
+        e,
+        format!("parsing [t.cfg:8] : error detected in frontend 'fe' while parsing 'use_backend' rule : map_ip: 'k' is not a valid IPv4 or IPv6 address at line 3 of file '{m}'.")
+    );
+    let e = err1(&format!(
+        "{DEFAULTS}frontend fe\n bind :8080\n use_backend %[req.ssl_sni,map(/x.map)]\n"
+    ));
+    assert_eq!(
+        e,
+        "parsing [t.cfg:8] : 'use_backend' : unsupported dynamic backend name '%[req.ssl_sni,map(/x.map)]' (shunt supports only '%[src,map_ip(<file>[,<default>])]')."
+    );
+    let e = err1(&format!(
+        "{DEFAULTS}frontend fe\n bind :8080\n use_backend %[src,map_ip()]\n"
+    ));
+    assert_eq!(
+        e,
+        "parsing [t.cfg:8] : 'use_backend' : converter 'map_ip' : missing map file name."
+    );
 }

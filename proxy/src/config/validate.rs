@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
 use super::model::*;
-use super::parser::{Kind, Parser, ProxyDraft};
+use super::parser::{Kind, Parser, ProxyDraft, UseBackendDraft};
 use super::{ConfigError, Loaded};
 
 pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
@@ -35,6 +35,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
     }
     let find = |name: &str| backends.iter().position(|b: &Backend| b.name == name);
 
+    let mut maps: Vec<MapSource> = Vec::new();
     let mut frontends = Vec::new();
     let mut bound: HashMap<SocketAddr, (String, Location)> = HashMap::new();
     for (i, d) in proxies.iter().enumerate() {
@@ -77,11 +78,31 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             None if d.kind == Kind::Listen => own_backend[i],
             None => None,
         };
-        let use_backends = d
-            .use_backends
-            .iter()
-            .filter_map(|(name, _)| resolve("use_backend", name))
-            .collect();
+        let mut use_backends = Vec::with_capacity(d.use_backends.len());
+        let mut map_errors = Vec::new();
+        for (rule, loc) in &d.use_backends {
+            match rule {
+                UseBackendDraft::Name(name) => {
+                    if let Some(i) = resolve("use_backend", name) {
+                        use_backends.push(UseBackend::Static(i));
+                    }
+                }
+                UseBackendDraft::SrcMap { path, default } => {
+                    // Resolved at run time, as HAProxy does: a value (or default) that
+                    // names no backend falls back to `default_backend`.
+                    let default_target = default.as_deref().and_then(find);
+                    match load_map(&mut maps, path, loc, d) {
+                        Ok(map) => use_backends.push(UseBackend::SrcMap {
+                            map,
+                            default: default.clone(),
+                            default_target,
+                        }),
+                        Err(e) => map_errors.push(e),
+                    }
+                }
+            }
+        }
+        errors.extend(map_errors);
         frontends.push(Frontend {
             name: d.name.clone(),
             id: proxy_id(i),
@@ -113,6 +134,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             global,
             frontends,
             backends,
+            maps,
         },
         warnings,
     })
@@ -197,4 +219,31 @@ fn make_backend(d: &ProxyDraft, id: u32, errors: &mut Vec<ConfigError>) -> Backe
         log_global: d.log_global,
         line: d.loc.clone(),
     }
+}
+
+/// The index of map file `path` in `maps`, loading it on first use (one map per file,
+/// ids in load order, as HAProxy shares one pattern reference per file).
+fn load_map(
+    maps: &mut Vec<MapSource>,
+    path: &str,
+    at: &Location,
+    proxy: &ProxyDraft,
+) -> Result<usize, ConfigError> {
+    if let Some(i) = maps.iter().position(|m| m.path == path) {
+        return Ok(i);
+    }
+    let entries = crate::maps::load_file(path).map_err(|e| ConfigError::Parse {
+        at: at.clone(),
+        msg: format!(
+            "error detected in {} '{}' while parsing 'use_backend' rule : map_ip: {e}.",
+            proxy.kind.type_str(),
+            proxy.name
+        ),
+    })?;
+    maps.push(MapSource {
+        path: path.to_string(),
+        used_at: at.clone(),
+        entries,
+    });
+    Ok(maps.len() - 1)
 }

@@ -1,0 +1,349 @@
+//! Maps: files of `key value` lines that route flows (`use_backend %[src,map_ip(FILE)]`)
+//! and that the CLI edits at run time.
+//!
+//! Owns the map file format (HAProxy's: one `key value` per line, blank lines and lines
+//! starting with `#` ignored, the value is the rest of the line), the registry of loaded
+//! maps with their ids (`#0`, `#1`… in load order, one per distinct file) and every
+//! runtime change to them. The CLI's dispatch is the only caller of the changing methods.
+//!
+//! Concurrency: each map's current version is an `Arc<Table>` in an `ArcSwap`. A flow
+//! reads it with one lock-free load; a change takes the map's writer lock (CLI only,
+//! never the flow path), builds the next version from the current one (path copy, see
+//! `table.rs`) and stores it. Race window: a flow that loaded the previous version just
+//! before the store routes by it; the next flow sees the change. Flows already
+//! forwarding never look at maps again, so a change never disturbs them.
+
+pub mod net;
+pub mod table;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+
+use crate::config::{Config, MapSource};
+
+pub use net::{BadIpKey, IpNet};
+pub use table::{Entry, Table};
+
+/// Base of the fake entry addresses `show map` prints (HAProxy prints a pointer there).
+const PTR_BASE: u64 = 0x55d0_0000_0000;
+/// Distance between two fake entry addresses (the size of HAProxy's element, roughly).
+const PTR_STRIDE: u64 = 0x90;
+
+/// One line of a map file, its key already checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileEntry {
+    pub net: IpNet,
+    pub key: String,
+    pub value: String,
+}
+
+/// A map file that cannot be loaded; texts follow HAProxy's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MapFileError {
+    #[error("failed to open pattern file <{path}>")]
+    Open { path: String },
+    #[error("{err} at line {line} of file '{path}'")]
+    BadKey {
+        err: BadIpKey,
+        line: usize,
+        path: String,
+    },
+}
+
+/// A refused runtime change; texts are HAProxy's (the CLI adds the final `.` and `\n`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MapError {
+    #[error("{0}")]
+    BadKey(#[from] BadIpKey),
+    /// `set map` on a key that has no entry.
+    #[error("entry not found")]
+    EntryNotFound,
+    /// `del map` on a key that has no entry.
+    #[error("Key not found")]
+    KeyNotFound,
+    /// A payload line without a value.
+    #[error("Missing value for key '{0}'")]
+    MissingValue(String),
+}
+
+/// Read and check a `map_ip` file.
+pub fn load_file(path: &str) -> Result<Vec<FileEntry>, MapFileError> {
+    let text = std::fs::read(path).map_err(|_| MapFileError::Open {
+        path: path.to_string(),
+    })?;
+    parse_text(path, &String::from_utf8_lossy(&text))
+}
+
+/// Split one map line into key and value: the key is the first word, the value the
+/// rest of the line with surrounding blanks removed. `None` for blank and comment lines.
+pub fn split_entry(line: &str) -> Option<(&str, &str)> {
+    let line = line.trim_end_matches(['\r', '\n']).trim_start();
+    if line.is_empty() || line.starts_with('#') {
+        return None;
+    }
+    let end = line.find([' ', '\t']).unwrap_or(line.len());
+    let (key, rest) = line.split_at(end);
+    Some((key, rest.trim_matches([' ', '\t'])))
+}
+
+/// Parse the text of a `map_ip` file named `path` (for messages).
+pub fn parse_text(path: &str, text: &str) -> Result<Vec<FileEntry>, MapFileError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let Some((key, value)) = split_entry(line) else {
+            continue;
+        };
+        let net = IpNet::parse(key).map_err(|err| MapFileError::BadKey {
+            err,
+            line: i + 1,
+            path: path.to_string(),
+        })?;
+        out.push(FileEntry {
+            net,
+            key: key.to_string(),
+            value: value.to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// One loaded map.
+#[derive(Debug)]
+pub struct MapRt {
+    /// `#id` as `show map` lists it.
+    pub id: usize,
+    /// The file name, as written in the configuration.
+    pub path: String,
+    /// Where the configuration first uses it, for `show map`.
+    pub used_file: String,
+    pub used_line: usize,
+    current: ArcSwap<Table>,
+    /// Serialises writers (CLI connections); the flow path never takes it.
+    write: Mutex<()>,
+}
+
+impl MapRt {
+    /// The current version (lock-free).
+    pub fn table(&self) -> Arc<Table> {
+        self.current.load_full()
+    }
+
+    /// The line `show map` prints for this map (without the final `\n`).
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ({}) pattern loaded from file '{}' used by map at file '{}' line {}. curr_ver=0 next_ver=0 entry_cnt={}",
+            self.id,
+            self.path,
+            self.path,
+            self.used_file,
+            self.used_line,
+            self.current.load().len()
+        )
+    }
+
+    /// Build the next version with `f` and publish it; `f`'s result is returned.
+    fn update<R>(&self, f: impl FnOnce(&mut Table) -> R) -> R {
+        let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = Table::clone(&self.current.load());
+        let r = f(&mut next);
+        self.current.store(Arc::new(next));
+        r
+    }
+}
+
+/// The fake address `show map` prints for an entry: stable for the entry's life.
+pub fn entry_ptr(e: &Entry) -> u64 {
+    PTR_BASE + e.seq * PTR_STRIDE
+}
+
+/// Every loaded map, and the backend names their values may designate.
+#[derive(Debug, Default)]
+pub struct Maps {
+    maps: Vec<MapRt>,
+    backends: HashMap<String, usize>,
+    seq: AtomicU64,
+}
+
+impl Maps {
+    /// The maps the configuration loaded, with their initial entries.
+    pub fn new(config: &Config) -> Self {
+        let mut maps = Maps {
+            maps: Vec::with_capacity(config.maps.len()),
+            backends: config
+                .backends
+                .iter()
+                .enumerate()
+                .map(|(i, b)| (b.name.clone(), i))
+                .collect(),
+            seq: AtomicU64::new(0),
+        };
+        for (id, src) in config.maps.iter().enumerate() {
+            let rt = maps.build(id, src);
+            maps.maps.push(rt);
+        }
+        maps
+    }
+
+    fn build(&self, id: usize, src: &MapSource) -> MapRt {
+        let mut table = Table::default();
+        for e in &src.entries {
+            let entry = self.entry(&e.key, &e.value);
+            table.add(e.net, entry);
+        }
+        MapRt {
+            id,
+            path: src.path.clone(),
+            used_file: src.used_at.file.clone(),
+            used_line: src.used_at.line,
+            current: ArcSwap::from_pointee(table),
+            write: Mutex::new(()),
+        }
+    }
+
+    fn entry(&self, key: &str, value: &str) -> Entry {
+        Entry {
+            seq: self.seq.fetch_add(1, Ordering::Relaxed),
+            key: Arc::from(key),
+            value: Arc::from(value),
+            target: self.backends.get(value).copied(),
+        }
+    }
+
+    /// Every map, by id.
+    pub fn iter(&self) -> impl Iterator<Item = &MapRt> {
+        self.maps.iter()
+    }
+
+    /// A map by index (its id).
+    pub fn get(&self, id: usize) -> Option<&MapRt> {
+        self.maps.get(id)
+    }
+
+    /// A map named as the CLI names it: `#ID` or its file name.
+    pub fn find(&self, name: &str) -> Option<&MapRt> {
+        match name.strip_prefix('#') {
+            Some(id) => id.parse::<usize>().ok().and_then(|i| self.maps.get(i)),
+            None => self.maps.iter().find(|m| m.path == name),
+        }
+    }
+
+    /// Route lookup for a flow: `None` when no key matches `ip`, else the matched
+    /// entry's backend (`Some(None)` when its value names no backend). Lock-free.
+    pub fn route(&self, id: usize, ip: IpAddr) -> Option<Option<usize>> {
+        let map = self.maps.get(id)?;
+        let t = map.current.load();
+        t.lookup(ip).map(|e| e.target)
+    }
+
+    /// `add map`: one entry.
+    pub fn add(&self, map: &MapRt, key: &str, value: &str) -> Result<(), MapError> {
+        let net = IpNet::parse(key)?;
+        let entry = self.entry(key, value);
+        map.update(|t| t.add(net, entry));
+        Ok(())
+    }
+
+    /// `add map MAP <<` payload: `key value` lines, applied in one version. Lines before
+    /// a bad one stay applied (as HAProxy, which stops at the first error).
+    pub fn add_payload(&self, map: &MapRt, payload: &str) -> Result<(), MapError> {
+        let mut err = None;
+        let mut batch = Vec::new();
+        for line in payload.lines() {
+            let Some((key, value)) = split_entry(line) else {
+                continue;
+            };
+            if value.is_empty() {
+                err = Some(MapError::MissingValue(key.to_string()));
+                break;
+            }
+            match IpNet::parse(key) {
+                Ok(net) => batch.push((net, self.entry(key, value))),
+                Err(e) => {
+                    err = Some(e.into());
+                    break;
+                }
+            }
+        }
+        if !batch.is_empty() {
+            map.update(|t| {
+                for (net, e) in batch {
+                    t.add(net, e);
+                }
+            });
+        }
+        err.map_or(Ok(()), Err)
+    }
+
+    /// `set map`: change the value of every entry of `key` (or of the entry `#<ref>`).
+    pub fn set(&self, map: &MapRt, key: &str, value: &str) -> Result<(), MapError> {
+        let value: Arc<str> = Arc::from(value);
+        let target = self.backends.get(&*value).copied();
+        if let Some(seq) = parse_ref(key) {
+            let found = map
+                .table()
+                .iter()
+                .find(|(_, e)| e.seq == seq)
+                .map(|(n, _)| n);
+            let Some(net) = found else {
+                return Err(MapError::EntryNotFound);
+            };
+            // The referenced entry's key is set (its duplicates with it).
+            return map.update(|t| {
+                if t.set(&net, &value, target) {
+                    Ok(())
+                } else {
+                    Err(MapError::EntryNotFound)
+                }
+            });
+        }
+        let net = IpNet::parse(key).map_err(|_| MapError::EntryNotFound)?;
+        map.update(|t| {
+            if t.set(&net, &value, target) {
+                Ok(())
+            } else {
+                Err(MapError::EntryNotFound)
+            }
+        })
+    }
+
+    /// `del map`: remove every entry of `key`, or the one entry `#<ref>`.
+    pub fn del(&self, map: &MapRt, key: &str) -> Result<(), MapError> {
+        if let Some(seq) = parse_ref(key) {
+            return map.update(|t| {
+                if t.remove_seq(seq) {
+                    Ok(())
+                } else {
+                    Err(MapError::KeyNotFound)
+                }
+            });
+        }
+        let net = IpNet::parse(key).map_err(|_| MapError::KeyNotFound)?;
+        map.update(|t| {
+            if t.remove(&net) {
+                Ok(())
+            } else {
+                Err(MapError::KeyNotFound)
+            }
+        })
+    }
+
+    /// `clear map`: remove every entry.
+    pub fn clear(&self, map: &MapRt) {
+        map.update(|t| *t = Table::default());
+    }
+}
+
+/// `#0x…` (a pointer `show map` printed) → the entry's `seq`.
+fn parse_ref(key: &str) -> Option<u64> {
+    let hex = key.strip_prefix("#0x").or_else(|| key.strip_prefix("#"))?;
+    let ptr = u64::from_str_radix(hex, 16).ok()?;
+    let off = ptr.checked_sub(PTR_BASE)?;
+    (off % PTR_STRIDE == 0).then_some(off / PTR_STRIDE)
+}

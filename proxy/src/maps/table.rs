@@ -1,0 +1,248 @@
+//! One version of an IP map: a persistent, sharded hash table with longest-prefix match.
+//!
+//! Owns the entries of a map version and the longest-prefix lookup the flow path runs.
+//!
+//! Structure, and why: readers (every new flow) must never lock, so a map is published
+//! as an immutable [`Table`] behind an `ArcSwap`; a CLI change builds the next version
+//! and swaps it in. Copying a whole 1M-entry table per `add map` would make a stream of
+//! adds quadratic, so a table is a fixed two-level radix of `Arc`s over the key's hash
+//! ([`FANOUT`] × [`FANOUT`] leaves, each a small `HashMap`). A change copies only its
+//! path — two arrays of [`FANOUT`] pointers and one leaf (about n / 4096 entries) — and
+//! shares everything else with the previous version (`Arc::make_mut` copy-on-write).
+//!
+//! Longest-prefix match: entries are hashed by their normalised network; the table keeps
+//! how many keys exist per prefix length and probes the present lengths from longest to
+//! shortest. A lookup therefore costs one hash probe per distinct prefix length in use
+//! (typically one to a handful), independent of the number of entries.
+//!
+//! Duplicates: as in HAProxy, `add map` with a key already present adds a second entry
+//! (shown by `show map`); lookups return the oldest one; `set map` changes all of them and
+//! `del map` removes all of them.
+//!
+//! Invariants: `count[len]` is the number of distinct keys of that prefix length held in
+//! the leaves; `lens_v4`/`lens_v6` list exactly the lengths with a non-zero count, longest
+//! first; every key's entry list is non-empty and ordered by `seq`.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::net::{IpNet, V4_BITS, V6_BITS};
+
+/// Bits of the key hash consumed per radix level.
+const FANOUT_BITS: u32 = 6;
+/// Children per radix node (64: a copied node is 512 bytes of pointers).
+pub const FANOUT: usize = 1 << FANOUT_BITS;
+
+/// One map entry as loaded or added.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Process-wide insertion number: orders `show map` and makes the fake pointer.
+    pub seq: u64,
+    /// The key as written (shown by `show map` and `get map`).
+    pub key: Arc<str>,
+    pub value: Arc<str>,
+    /// The backend the value names, resolved when the entry is written.
+    pub target: Option<usize>,
+}
+
+type Leaf = HashMap<IpNet, Vec<Entry>>;
+type Mid = [Arc<Leaf>; FANOUT];
+
+/// An immutable-once-published version of one map.
+#[derive(Debug, Clone)]
+pub struct Table {
+    root: Arc<[Arc<Mid>; FANOUT]>,
+    /// Keys per prefix length: 0..=32 for IPv4, 33.. for IPv6 (offset by 33).
+    count: Arc<[u32; 33 + 129]>,
+    lens_v4: Vec<u8>,
+    lens_v6: Vec<u8>,
+    /// Entries (not keys) held.
+    entries: usize,
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        let leaf = Arc::new(Leaf::new());
+        let mid: Arc<Mid> = Arc::new(std::array::from_fn(|_| leaf.clone()));
+        Table {
+            root: Arc::new(std::array::from_fn(|_| mid.clone())),
+            count: Arc::new([0; 33 + 129]),
+            lens_v4: Vec::new(),
+            lens_v6: Vec::new(),
+            entries: 0,
+        }
+    }
+}
+
+fn count_slot(net: &IpNet) -> usize {
+    match net {
+        IpNet::V4 { len, .. } => usize::from(*len),
+        IpNet::V6 { len, .. } => 33 + usize::from(*len),
+    }
+}
+
+fn shard(net: &IpNet) -> (usize, usize) {
+    let h = net.shard_hash();
+    let a = (h & (FANOUT as u64 - 1)) as usize;
+    let b = ((h >> FANOUT_BITS) & (FANOUT as u64 - 1)) as usize;
+    (a, b)
+}
+
+impl Table {
+    /// Entries held (duplicates counted), as `entry_cnt` shows.
+    pub fn len(&self) -> usize {
+        self.entries
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries == 0
+    }
+
+    fn leaf(&self, net: &IpNet) -> &Leaf {
+        let (a, b) = shard(net);
+        &self.root[a][b]
+    }
+
+    fn leaf_mut(&mut self, net: &IpNet) -> &mut Leaf {
+        let (a, b) = shard(net);
+        let mid = Arc::make_mut(&mut Arc::make_mut(&mut self.root)[a]);
+        Arc::make_mut(&mut mid[b])
+    }
+
+    fn key_added(&mut self, net: &IpNet) {
+        let slot = count_slot(net);
+        let count = Arc::make_mut(&mut self.count);
+        count[slot] += 1;
+        if count[slot] == 1 {
+            self.rebuild_lens();
+        }
+    }
+
+    fn key_removed(&mut self, net: &IpNet) {
+        let slot = count_slot(net);
+        let count = Arc::make_mut(&mut self.count);
+        count[slot] = count[slot].saturating_sub(1);
+        if count[slot] == 0 {
+            self.rebuild_lens();
+        }
+    }
+
+    fn rebuild_lens(&mut self) {
+        self.lens_v4 = (0..=V4_BITS)
+            .rev()
+            .filter(|l| self.count[usize::from(*l)] > 0)
+            .collect();
+        self.lens_v6 = (0..=V6_BITS)
+            .rev()
+            .filter(|l| self.count[33 + usize::from(*l)] > 0)
+            .collect();
+    }
+
+    /// Add an entry (a duplicate key adds a second entry, as HAProxy does).
+    pub fn add(&mut self, net: IpNet, entry: Entry) {
+        let leaf = self.leaf_mut(&net);
+        let new_key = match leaf.get_mut(&net) {
+            Some(list) => {
+                list.push(entry);
+                false
+            }
+            None => {
+                leaf.insert(net, vec![entry]);
+                true
+            }
+        };
+        self.entries += 1;
+        if new_key {
+            self.key_added(&net);
+        }
+    }
+
+    /// Set the value (and target) of every entry of `net`. False when the key is absent.
+    pub fn set(&mut self, net: &IpNet, value: &Arc<str>, target: Option<usize>) -> bool {
+        if !self.leaf(net).contains_key(net) {
+            return false;
+        }
+        if let Some(list) = self.leaf_mut(net).get_mut(net) {
+            for e in list {
+                e.value = value.clone();
+                e.target = target;
+            }
+        }
+        true
+    }
+
+    /// Remove every entry of `net`. False when the key is absent.
+    pub fn remove(&mut self, net: &IpNet) -> bool {
+        if !self.leaf(net).contains_key(net) {
+            return false;
+        }
+        let removed = self.leaf_mut(net).remove(net).map_or(0, |l| l.len());
+        self.entries -= removed;
+        self.key_removed(net);
+        true
+    }
+
+    /// Remove the one entry with this `seq` (`del map MAP #<ref>`). False when absent.
+    pub fn remove_seq(&mut self, seq: u64) -> bool {
+        let Some(net) = self.iter().find(|(_, e)| e.seq == seq).map(|(n, _)| n) else {
+            return false;
+        };
+        let leaf = self.leaf_mut(&net);
+        let mut now_empty = false;
+        if let Some(list) = leaf.get_mut(&net) {
+            list.retain(|e| e.seq != seq);
+            now_empty = list.is_empty();
+        }
+        if now_empty {
+            leaf.remove(&net);
+            self.key_removed(&net);
+        }
+        self.entries -= 1;
+        true
+    }
+
+    /// The entry a key holds exactly (oldest of duplicates).
+    pub fn get_exact(&self, net: &IpNet) -> Option<&Entry> {
+        self.leaf(net).get(net).and_then(|l| l.first())
+    }
+
+    fn lpm(&self, addr: IpNet, lens: &[u8]) -> Option<&Entry> {
+        lens.iter()
+            .find_map(|&len| self.get_exact(&addr.truncate(len)))
+    }
+
+    /// Longest-prefix match of a client address, following HAProxy's family rules: an
+    /// IPv4 address is tried against IPv4 keys, then as `::ffff:a.b.c.d` against IPv6
+    /// keys; an IPv6 address against IPv6 keys, then, if v4-mapped, as IPv4.
+    pub fn lookup(&self, ip: IpAddr) -> Option<&Entry> {
+        match ip {
+            IpAddr::V4(a) => self.lpm(IpNet::host(ip), &self.lens_v4).or_else(|| {
+                if self.lens_v6.is_empty() {
+                    return None;
+                }
+                self.lpm(IpNet::host(IpAddr::V6(a.to_ipv6_mapped())), &self.lens_v6)
+            }),
+            IpAddr::V6(a) => self.lpm(IpNet::host(ip), &self.lens_v6).or_else(|| {
+                let v4 = a.to_ipv4_mapped()?;
+                self.lpm(IpNet::host(IpAddr::V4(v4)), &self.lens_v4)
+            }),
+        }
+    }
+
+    /// Every (key, entry), in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (IpNet, &Entry)> + '_ {
+        self.root
+            .iter()
+            .flat_map(|mid| mid.iter())
+            .flat_map(|leaf| leaf.iter())
+            .flat_map(|(net, list)| list.iter().map(move |e| (*net, e)))
+    }
+
+    /// Every entry in insertion order (as `show map` lists them).
+    pub fn entries_in_order(&self) -> Vec<&Entry> {
+        let mut v: Vec<&Entry> = self.iter().map(|(_, e)| e).collect();
+        v.sort_unstable_by_key(|e| e.seq);
+        v
+    }
+}
