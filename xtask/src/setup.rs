@@ -1,7 +1,8 @@
 //! `cargo xtask setup`: installs what building and testing shunt need.
 //!
 //! Owns the list of Debian packages the tests use (`DEBIAN_PACKAGES`, the only place it
-//! is written) and the Rust components the build uses.
+//! is written), the Python packages (`PIP_PACKAGES`) and the Rust components the build
+//! uses.
 //!
 //! Invariant: idempotent and quiet when everything is present — it asks rustup and dpkg
 //! what is installed first and only then installs what is missing (no `apt-get update`
@@ -15,9 +16,14 @@ use crate::proc;
 /// haproxy (comparison runs and config-compatibility checks), socat and iperf3 (traffic
 /// tools), redis-server (a real TCP server behind the proxy), bpftool (inspecting the
 /// loaded programs and maps), iproute2 (`ss`, `ip netns`), procps (`ps`, `pgrep`),
-/// util-linux (`setpriv` for the unprivileged test).
+/// util-linux (`setpriv` for the unprivileged test, `script` for hatop's terminal),
+/// hatop, prometheus-haproxy-exporter and python3-pip (the real stats-socket clients of
+/// the `cli_clients` test; pip installs haproxyadmin).
 pub const DEBIAN_PACKAGES: &[&str] = &[
     "haproxy",
+    "hatop",
+    "prometheus-haproxy-exporter",
+    "python3-pip",
     "socat",
     "iperf3",
     "redis-server",
@@ -34,10 +40,43 @@ const NIGHTLY_COMPONENTS: &[&str] = &["rust-src", "llvm-tools"];
 /// Components of the default toolchain `cargo xtask test` needs.
 const STABLE_COMPONENTS: &[&str] = &["rustfmt", "clippy"];
 
-/// Everything: toolchain, then Debian packages.
+/// Python packages the tests use, as (pip name, module to import):
+/// haproxyadmin (a real stats-socket client of the `cli_clients` test).
+pub const PIP_PACKAGES: &[(&str, &str)] = &[("haproxyadmin", "haproxyadmin")];
+
+/// Everything: toolchain, then Debian packages, then Python packages.
 pub fn all() -> Result<()> {
     toolchain()?;
-    debian_packages()
+    debian_packages()?;
+    pip_packages()
+}
+
+/// Installs the missing ones of `PIP_PACKAGES` for the `python3` on PATH (the one the
+/// tests run). Idempotent: a package whose module imports is left alone.
+pub fn pip_packages() -> Result<()> {
+    let missing: Vec<&str> = PIP_PACKAGES
+        .iter()
+        .filter(|(_, module)| {
+            proc::output("python3", &["-c", &format!("import {module}")]).is_none()
+        })
+        .map(|(name, _)| *name)
+        .collect();
+    if missing.is_empty() {
+        println!("xtask: Python packages present ({})", pip_names().join(" "));
+        return Ok(());
+    }
+    let mut args = vec!["-m", "pip", "install", "--quiet"];
+    args.extend(missing.iter().copied());
+    if proc::run("python3", &args).is_ok() {
+        return Ok(());
+    }
+    // Debian's own python3 refuses pip installs outside a venv (PEP 668) unless told.
+    args.push("--break-system-packages");
+    proc::run("python3", &args)
+}
+
+fn pip_names() -> Vec<&'static str> {
+    PIP_PACKAGES.iter().map(|(n, _)| *n).collect()
 }
 
 /// The Rust part: nightly with rust-src and llvm-tools; rustfmt and clippy on the

@@ -79,6 +79,32 @@ pub enum ParseError {
     GetMapArgs,
 }
 
+/// What `set server B/S ...` asks for. The server is looked up before the operation
+/// is checked (HAProxy answers `No such server.` before a bad state word).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerOp {
+    /// `state ready|drain|maint`
+    State(AdminState),
+    /// `state` with a missing or unknown word.
+    BadState,
+    /// `weight W[%]` (the raw word; empty when missing).
+    Weight(String),
+    /// `health up|down|stopping`
+    Health(bool),
+    /// `health` with a missing or unknown word.
+    BadHealth,
+    /// No known operation: HAProxy prints the usage line.
+    Usage,
+}
+
+/// Administrative state set by `set server B/S state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminState {
+    Ready,
+    Drain,
+    Maint,
+}
+
 /// One parsed CLI command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
@@ -122,6 +148,24 @@ pub enum Command {
     DelMap { map: String, key: String },
     /// `clear map MAP`
     ClearMap(String),
+    /// `get weight B/S` (the raw `B/S` word, empty when missing).
+    GetWeight(String),
+    /// `set weight B/S W[%]`
+    SetWeight { target: String, weight: String },
+    /// `set server B/S OP...`
+    SetServer { target: String, op: ServerOp },
+    /// `enable server B/S`
+    EnableServer(String),
+    /// `disable server B/S`
+    DisableServer(String),
+    /// `show servers state [BACKEND]`
+    ShowServersState(Option<String>),
+    /// `show servers conn [BACKEND]`
+    ShowServersConn(Option<String>),
+    /// `show backend`
+    ShowBackend,
+    /// `clear counters [all]`
+    ClearCounters { all: bool },
     /// A known command with bad arguments.
     Bad { need: CliLevel, err: ParseError },
     /// No command matches these words.
@@ -140,7 +184,13 @@ impl Command {
             | Command::AddMapPayload { .. }
             | Command::SetMap { .. }
             | Command::DelMap { .. }
-            | Command::ClearMap(_) => CliLevel::Operator,
+            | Command::ClearMap(_)
+            | Command::ClearCounters { all: false } => CliLevel::Operator,
+            Command::SetWeight { .. }
+            | Command::SetServer { .. }
+            | Command::EnableServer(_)
+            | Command::DisableServer(_)
+            | Command::ClearCounters { all: true } => CliLevel::Admin,
             _ => CliLevel::User,
         }
     }
@@ -163,6 +213,11 @@ pub const HELP: &[HelpEntry] = &[
         desc: "add a map entry (payload supported instead of key/val)",
     },
     HelpEntry {
+        keywords: &["clear", "counters"],
+        syntax: "clear counters [all]",
+        desc: "clear max statistics counters (or all counters)",
+    },
+    HelpEntry {
         keywords: &["clear", "map"],
         syntax: "clear map [@<ver>] <map>",
         desc: "clear the contents of this map",
@@ -173,9 +228,24 @@ pub const HELP: &[HelpEntry] = &[
         desc: "delete map entries matching <key>",
     },
     HelpEntry {
+        keywords: &["disable", "server"],
+        syntax: "disable server (DEPRECATED)",
+        desc: "disable a server for maintenance (use 'set server' instead)",
+    },
+    HelpEntry {
+        keywords: &["enable", "server"],
+        syntax: "enable server  (DEPRECATED)",
+        desc: "enable a disabled server (use 'set server' instead)",
+    },
+    HelpEntry {
         keywords: &["get", "map"],
         syntax: "get map <map> <value>",
         desc: "report the keys and values matching a sample for a map",
+    },
+    HelpEntry {
+        keywords: &["get", "weight"],
+        syntax: "get weight <bk>/<srv>",
+        desc: "report a server's current weight",
     },
     HelpEntry {
         keywords: &["operator"],
@@ -188,9 +258,24 @@ pub const HELP: &[HelpEntry] = &[
         desc: "modify a map entry",
     },
     HelpEntry {
+        keywords: &["set", "server"],
+        syntax: "set server <bk>/<srv> [opts]",
+        desc: "change a server's state, weight, address or ssl",
+    },
+    HelpEntry {
         keywords: &["set", "timeout"],
         syntax: "set timeout [cli] <delay>",
         desc: "change a timeout setting",
+    },
+    HelpEntry {
+        keywords: &["set", "weight"],
+        syntax: "set weight <bk>/<srv>  (DEPRECATED)",
+        desc: "change a server's weight (use 'set server' instead)",
+    },
+    HelpEntry {
+        keywords: &["show", "backend"],
+        syntax: "show backend",
+        desc: "list backends in the current running config",
     },
     HelpEntry {
         keywords: &["show", "cli", "level"],
@@ -206,6 +291,16 @@ pub const HELP: &[HelpEntry] = &[
         keywords: &["show", "map"],
         syntax: "show map [@ver] [map]",
         desc: "report available maps or dump a map's contents",
+    },
+    HelpEntry {
+        keywords: &["show", "servers", "conn"],
+        syntax: "show servers conn [<backend>]",
+        desc: "dump server connections status (all or for a single backend)",
+    },
+    HelpEntry {
+        keywords: &["show", "servers", "state"],
+        syntax: "show servers state [<backend>]",
+        desc: "dump volatile server information (all or for a single backend)",
     },
     HelpEntry {
         keywords: &["show", "stat"],
@@ -284,6 +379,27 @@ pub fn parse(req: &Request) -> Command {
         ["del", "map", ..] => bad(CliLevel::Operator, ParseError::DelMapArgs),
         ["clear", "map", map, ..] => Command::ClearMap(map.to_string()),
         ["clear", "map"] => bad(CliLevel::Operator, ParseError::MissingMapId),
+        ["get", "weight", rest @ ..] => Command::GetWeight(first(rest)),
+        ["set", "weight", rest @ ..] => Command::SetWeight {
+            target: first(rest),
+            weight: rest.get(1).map_or_else(String::new, |w| w.to_string()),
+        },
+        ["set", "server", rest @ ..] => Command::SetServer {
+            target: first(rest),
+            op: parse_server_op(rest.get(1..).unwrap_or_default()),
+        },
+        ["enable", "server", rest @ ..] => Command::EnableServer(first(rest)),
+        ["disable", "server", rest @ ..] => Command::DisableServer(first(rest)),
+        ["show", "servers", "state", rest @ ..] => {
+            Command::ShowServersState(rest.first().map(|b| b.to_string()))
+        }
+        ["show", "servers", "conn", rest @ ..] => {
+            Command::ShowServersConn(rest.first().map(|b| b.to_string()))
+        }
+        ["show", "backend", ..] => Command::ShowBackend,
+        ["clear", "counters", rest @ ..] => Command::ClearCounters {
+            all: rest.first() == Some(&"all"),
+        },
         ["set", "timeout", rest @ ..] => match rest {
             ["cli", delay, ..] => match parse_delay_secs(delay) {
                 Ok(d) => Command::SetTimeoutCli(d),
@@ -302,6 +418,32 @@ pub fn parse(req: &Request) -> Command {
             },
         },
         _ => Command::Unknown(req.words.clone()),
+    }
+}
+
+/// The first argument word, or an empty string when there is none.
+fn first(rest: &[&str]) -> String {
+    rest.first().map_or_else(String::new, |w| w.to_string())
+}
+
+/// The operation words after `set server B/S`.
+fn parse_server_op(words: &[&str]) -> ServerOp {
+    match words {
+        ["state", w, ..] => match *w {
+            "ready" => ServerOp::State(AdminState::Ready),
+            "drain" => ServerOp::State(AdminState::Drain),
+            "maint" => ServerOp::State(AdminState::Maint),
+            _ => ServerOp::BadState,
+        },
+        ["state"] => ServerOp::BadState,
+        ["weight", rest @ ..] => ServerOp::Weight(first(rest)),
+        ["health", w, ..] => match *w {
+            "up" => ServerOp::Health(true),
+            "down" | "stopping" => ServerOp::Health(false),
+            _ => ServerOp::BadHealth,
+        },
+        ["health"] => ServerOp::BadHealth,
+        _ => ServerOp::Usage,
     }
 }
 

@@ -4,11 +4,21 @@
 //! [`Session`] or, for later commands, to the runtime state behind [`Ctx`]), and returns
 //! the answer body. Parsing (`command.rs`) and formatting (`render.rs`) stay out of here;
 //! nothing else in the CLI changes state. Answers are HAProxy's exact strings.
+//!
+//! Server commands (`set weight`, `set server`, `enable|disable server`) change the
+//! [`ServerRt`] and then call `BackendRt::rebalance`. What `ServerRt` does not keep yet —
+//! drain (a draining server runs with weight 0 and remembers its user weight) and the
+//! time of the last change — lives in a small registry of [`AdminNote`]s here, keyed by
+//! the server's allocation and pruned of dropped servers.
 
-use crate::config::CliLevel;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Instant;
+
+use crate::config::{Balance, CliLevel};
+use crate::lb::{ServerRt, MAX_WEIGHT};
 use crate::maps::{MapError, MapRt, Maps};
 
-use super::command::{Command, ProxySel};
+use super::command::{AdminState, Command, ProxySel, ServerOp};
 use super::render::{self, StatFilter};
 use super::{Ctx, Session};
 
@@ -18,6 +28,35 @@ pub const PERMISSION_DENIED: &str = "Permission denied\n";
 pub const NO_SUCH_PROXY: &str = "No such proxy.\n";
 /// A map command naming no loaded map.
 pub const UNKNOWN_MAP: &str = "Unknown map identifier. Please use #<id> or <file>.\n";
+
+/// A server command naming no server (`get weight b`, `set server`).
+pub const REQUIRE_BACKEND_SERVER: &str = "Require 'backend/server'.\n";
+/// `B/S` naming no backend.
+pub const NO_SUCH_BACKEND: &str = "No such backend.\n";
+/// `B/S` naming no server of that backend.
+pub const NO_SUCH_SERVER: &str = "No such server.\n";
+/// `show servers state|conn BACKEND` naming no backend.
+pub const CANT_FIND_BACKEND: &str = "Can't find backend.\n";
+/// `set server B/S` without a known operation (HAProxy 2.6's list).
+pub const SET_SERVER_USAGE: &str = "usage: set server <backend>/<server> addr | agent | agent-addr | agent-port | agent-send | check-addr | check-port | fqdn | health | ssl | state | weight\n";
+/// `set server B/S state` with a bad word.
+pub const STATE_EXPECTS: &str = "'set server <srv> state' expects 'ready', 'drain' and 'maint'.\n";
+/// `set server B/S health` with a bad word.
+pub const HEALTH_EXPECTS: &str = "'set server <srv> health' expects 'up', 'stopping', or 'down'.\n";
+
+/// Weight errors, HAProxy 2.6's `server_parse_weight_change_request` texts. Two of
+/// them have no newline in HAProxy, which then also omits the empty line that ends
+/// the answer; shunt keeps its framing and ends them with a newline.
+pub const WEIGHT_MISSING: &str = "Require <weight> or <weight%>.\n";
+pub const WEIGHT_GARBAGE_BEFORE: &str = "Empty weight string empty or preceded by garbage\n";
+pub const WEIGHT_RELATIVE_NEGATIVE: &str = "Relative weight must be positive.\n";
+pub const WEIGHT_ABSOLUTE_RANGE: &str =
+    "Absolute weight can only be between 0 and 256 inclusive.\n";
+pub const WEIGHT_TRAILING: &str = "Trailing garbage in weight string\n";
+pub const WEIGHT_STATIC: &str =
+    "Backend is using a static LB algorithm and only accepts weights '0%' and '100%'.\n";
+/// Largest percentage a relative weight is read as (HAProxy's overflow guard).
+const MAX_WEIGHT_PERCENT: i64 = 25_600;
 
 /// What a command answers. The body is empty or ends with `\n`; the framing adds the
 /// empty line that ends every answer.
@@ -119,6 +158,67 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
             maps.clear(m);
             Ok(())
         }),
+        Command::GetWeight(target) => match find_server(ctx, &target) {
+            Ok((bi, si)) => {
+                let srv = &ctx.state.backends[bi].servers[si];
+                let w = admin_note(srv).drain_weight.unwrap_or_else(|| srv.weight());
+                Output::Text(format!("{w} (initial {})\n", srv.initial_weight()))
+            }
+            Err(e) => Output::text(e),
+        },
+        Command::SetWeight { target, weight } => match find_server(ctx, &target) {
+            Ok((bi, si)) => set_weight(ctx, bi, si, &weight),
+            Err(e) => Output::text(e),
+        },
+        Command::SetServer { target, op } => {
+            let (bi, si) = match find_server(ctx, &target) {
+                Ok(found) => found,
+                Err(e) => return Output::text(e),
+            };
+            match op {
+                ServerOp::State(st) => {
+                    set_admin(ctx, bi, si, st);
+                    Output::empty()
+                }
+                ServerOp::BadState => Output::text(STATE_EXPECTS),
+                ServerOp::Weight(w) => set_weight(ctx, bi, si, &w),
+                ServerOp::Health(up) => {
+                    let be = &ctx.state.backends[bi];
+                    be.servers[si].set_up(up);
+                    touch(&be.servers[si]);
+                    be.rebalance();
+                    Output::empty()
+                }
+                ServerOp::BadHealth => Output::text(HEALTH_EXPECTS),
+                ServerOp::Usage => Output::text(SET_SERVER_USAGE),
+            }
+        }
+        Command::EnableServer(target) => match find_server(ctx, &target) {
+            Ok((bi, si)) => {
+                set_admin(ctx, bi, si, AdminState::Ready);
+                Output::empty()
+            }
+            Err(e) => Output::text(e),
+        },
+        Command::DisableServer(target) => match find_server(ctx, &target) {
+            Ok((bi, si)) => {
+                set_admin(ctx, bi, si, AdminState::Maint);
+                Output::empty()
+            }
+            Err(e) => Output::text(e),
+        },
+        Command::ShowServersState(be) => match backend_list(ctx, be.as_deref()) {
+            Some(list) => Output::Text(render::show_servers_state(ctx, &list, admin_note)),
+            None => Output::text(CANT_FIND_BACKEND),
+        },
+        Command::ShowServersConn(be) => match backend_list(ctx, be.as_deref()) {
+            Some(list) => Output::Text(render::show_servers_conn(ctx, &list)),
+            None => Output::text(CANT_FIND_BACKEND),
+        },
+        Command::ShowBackend => Output::Text(render::show_backend(ctx)),
+        // The stats room has no reset yet: the command is accepted with HAProxy's
+        // (empty) answer and its level checks, and the counters keep running.
+        Command::ClearCounters { .. } => Output::empty(),
         Command::Bad { err, .. } => Output::Text(format!("{err}\n")),
         Command::Unknown(words) => Output::Text(render::unknown(&words)),
     }
@@ -144,4 +244,186 @@ fn map_change(
 /// Whether `have` may run what needs `need` (user < operator < admin).
 pub fn allowed(have: CliLevel, need: CliLevel) -> bool {
     have >= need
+}
+
+/// The backend whose name is `word`, or whose id is N for `#N` (HAProxy accepts both).
+fn find_backend(ctx: &Ctx, word: &str) -> Option<usize> {
+    let cfg = &ctx.state.config;
+    if let Some(id) = word.strip_prefix('#').and_then(|n| n.parse::<u32>().ok()) {
+        return cfg.backends.iter().position(|b| b.id == id);
+    }
+    cfg.backends.iter().position(|b| b.name == word)
+}
+
+/// Resolve `B/S` as HAProxy's CLI does: `(backend index, server index)` or its error.
+pub fn find_server(ctx: &Ctx, target: &str) -> Result<(usize, usize), &'static str> {
+    let Some((bname, sname)) = target.split_once('/') else {
+        return Err(REQUIRE_BACKEND_SERVER);
+    };
+    let bi = find_backend(ctx, bname).ok_or(NO_SUCH_BACKEND)?;
+    let servers = &ctx.state.config.backends[bi].servers;
+    let si = match sname.strip_prefix('#').and_then(|n| n.parse::<u32>().ok()) {
+        Some(id) => servers.iter().position(|s| s.id == id),
+        None => servers.iter().position(|s| s.name == sname),
+    };
+    si.map(|si| (bi, si)).ok_or(NO_SUCH_SERVER)
+}
+
+/// Backends `show servers state|conn` covers: all, or the one named (None if unknown).
+fn backend_list(ctx: &Ctx, word: Option<&str>) -> Option<Vec<usize>> {
+    match word {
+        None => Some((0..ctx.state.config.backends.len()).collect()),
+        Some(w) => find_backend(ctx, w).map(|bi| vec![bi]),
+    }
+}
+
+/// Whether HAProxy treats the algorithm as static (weights only 0% or 100%).
+fn static_algo(b: Balance) -> bool {
+    matches!(b, Balance::StaticRr | Balance::Source)
+}
+
+/// HAProxy's weight syntax: `N` (0..=256) or `N%` of the initial weight.
+pub fn parse_weight(word: &str, iweight: u32, is_static: bool) -> Result<u32, &'static str> {
+    if word.is_empty() {
+        return Err(WEIGHT_MISSING);
+    }
+    // strtol: optional sign, then digits; `end` is what follows them.
+    let (neg, unsigned) = match word.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, word.strip_prefix('+').unwrap_or(word)),
+    };
+    let ndigits = unsigned.bytes().take_while(u8::is_ascii_digit).count();
+    if ndigits == 0 {
+        return Err(WEIGHT_GARBAGE_BEFORE);
+    }
+    let (digits, end) = unsigned.split_at(ndigits);
+    let mut w: i64 = digits.bytes().fold(0i64, |v, b| {
+        v.saturating_mul(10).saturating_add(i64::from(b - b'0'))
+    });
+    if neg {
+        w = -w;
+    }
+    let w = if end == "%" {
+        if w < 0 {
+            return Err(WEIGHT_RELATIVE_NEGATIVE);
+        }
+        let pct = w.min(MAX_WEIGHT_PERCENT);
+        (i64::from(iweight) * pct / 100).min(i64::from(MAX_WEIGHT))
+    } else if !(0..=i64::from(MAX_WEIGHT)).contains(&w) {
+        return Err(WEIGHT_ABSOLUTE_RANGE);
+    } else if !end.is_empty() {
+        return Err(WEIGHT_TRAILING);
+    } else {
+        w
+    };
+    // In range by construction (0..=MAX_WEIGHT).
+    let w = u32::try_from(w).unwrap_or(MAX_WEIGHT);
+    if w != 0 && w != iweight && is_static {
+        return Err(WEIGHT_STATIC);
+    }
+    Ok(w)
+}
+
+/// `set weight` / `set server B/S weight`: a drained server keeps draining and
+/// remembers the new weight for when it is made ready.
+fn set_weight(ctx: &Ctx, bi: usize, si: usize, word: &str) -> Output {
+    let be = &ctx.state.backends[bi];
+    let srv = &be.servers[si];
+    let w = match parse_weight(word, srv.initial_weight(), static_algo(be.balance)) {
+        Ok(w) => w,
+        Err(e) => return Output::text(e),
+    };
+    with_note(srv, |n| {
+        n.changed = Some(Instant::now());
+        match n.drain_weight.as_mut() {
+            Some(saved) => *saved = w,
+            None => srv.set_weight(w),
+        }
+    });
+    be.rebalance();
+    Output::empty()
+}
+
+/// `set server B/S state ...`, `enable server`, `disable server`: HAProxy's admin
+/// transitions (maint clears drain, drain clears maint, ready clears both).
+fn set_admin(ctx: &Ctx, bi: usize, si: usize, st: AdminState) {
+    let be = &ctx.state.backends[bi];
+    let srv = &be.servers[si];
+    with_note(srv, |n| {
+        n.changed = Some(Instant::now());
+        match st {
+            AdminState::Drain => {
+                if n.drain_weight.is_none() {
+                    n.drain_weight = Some(srv.weight());
+                    srv.set_weight(0);
+                }
+                srv.set_maint(false);
+            }
+            AdminState::Ready | AdminState::Maint => {
+                if let Some(w) = n.drain_weight.take() {
+                    srv.set_weight(w);
+                }
+                srv.set_maint(st == AdminState::Maint);
+            }
+        }
+    });
+    be.rebalance();
+}
+
+/// Record that `srv` changed now (for `srv_time_since_last_change`).
+fn touch(srv: &Arc<ServerRt>) {
+    with_note(srv, |n| n.changed = Some(Instant::now()));
+}
+
+/// Administrative facts about one server that [`ServerRt`] does not keep (yet):
+/// whether it is draining (and the user weight it will get back) and when the CLI
+/// last changed it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AdminNote {
+    /// Some(user weight) while draining: the server runs with weight 0 meanwhile.
+    pub drain_weight: Option<u32>,
+    /// Last change made through the CLI.
+    pub changed: Option<Instant>,
+}
+
+struct NoteEntry {
+    srv: Weak<ServerRt>,
+    note: AdminNote,
+}
+
+/// Notes of servers the CLI changed. Keyed by the server's allocation and pruned of
+/// servers that no longer exist, so it never outgrows the live server count.
+static NOTES: Mutex<Vec<NoteEntry>> = Mutex::new(Vec::new());
+
+fn notes() -> MutexGuard<'static, Vec<NoteEntry>> {
+    // The notes stay consistent even if a holder panicked (plain field stores).
+    NOTES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The CLI's notes about `srv` (default when it was never changed).
+pub fn admin_note(srv: &Arc<ServerRt>) -> AdminNote {
+    notes()
+        .iter()
+        .find(|e| Weak::as_ptr(&e.srv) == Arc::as_ptr(srv) && e.srv.strong_count() > 0)
+        .map(|e| e.note)
+        .unwrap_or_default()
+}
+
+fn with_note<R>(srv: &Arc<ServerRt>, f: impl FnOnce(&mut AdminNote) -> R) -> R {
+    let mut list = notes();
+    list.retain(|e| e.srv.strong_count() > 0);
+    let pos = match list
+        .iter()
+        .position(|e| Weak::as_ptr(&e.srv) == Arc::as_ptr(srv))
+    {
+        Some(p) => p,
+        None => {
+            list.push(NoteEntry {
+                srv: Arc::downgrade(srv),
+                note: AdminNote::default(),
+            });
+            list.len() - 1
+        }
+    };
+    f(&mut list[pos].note)
 }

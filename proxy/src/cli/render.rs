@@ -413,6 +413,8 @@ fn server_status(ctx: &Ctx, bi: usize, si: usize) -> &'static str {
         "MAINT"
     } else if !rt.is_up() {
         "DOWN"
+    } else if super::dispatch::admin_note(rt).drain_weight.is_some() {
+        "DRAIN"
     } else if checked {
         "UP"
     } else {
@@ -444,7 +446,11 @@ fn server_row(ctx: &Ctx, bi: usize, si: usize, uptime: u64) -> Row {
     r.set(col::WRETR, s.wretr);
     r.set(col::WREDIS, s.wredis);
     r.set(col::STATUS, server_status(ctx, bi, si));
-    r.set(col::WEIGHT, rt.weight());
+    // A draining server runs with weight 0 but reports its user weight, as HAProxy.
+    let uweight = super::dispatch::admin_note(rt)
+        .drain_weight
+        .unwrap_or_else(|| rt.weight());
+    r.set(col::WEIGHT, uweight);
     r.set(col::ACT, u32::from(!cfg.backup));
     r.set(col::BCK, u32::from(cfg.backup));
     r.set(col::LASTCHG, uptime);
@@ -463,7 +469,7 @@ fn server_row(ctx: &Ctx, bi: usize, si: usize, uptime: u64) -> Row {
     r.set(col::CONNECT, s.stot);
     r.set(col::USED_CONN_CUR, s.scur);
     r.set(col::NEED_CONN_EST, 0);
-    r.set(col::UWEIGHT, rt.weight());
+    r.set(col::UWEIGHT, uweight);
     r.set(col::DASH, "-");
     if cfg.check.enabled {
         // Health checks fill these for real once the checks issue lands; until then
@@ -643,7 +649,18 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
     let nofile = nofile_limit();
     let version = env!("CARGO_PKG_VERSION");
     let fields: Vec<(u32, &str, &str, &str, String)> = vec![
-        (0, "Name", "POS", "str", ctx.name.clone()),
+        (
+            0,
+            "Name",
+            "POS",
+            "str",
+            ctx.state
+                .config
+                .global
+                .stats_show_name
+                .clone()
+                .unwrap_or_else(|| ctx.name.clone()),
+        ),
         (1, "Version", "POS", "str", version.to_string()),
         (2, "Release_date", "POS", "str", RELEASE_DATE.to_string()),
         (3, "Nbthread", "CGS", "u32", st.nbthread.to_string()),
@@ -956,6 +973,154 @@ pub fn level_name(l: CliLevel) -> &'static str {
         CliLevel::Operator => "operator",
         CliLevel::Admin => "admin",
     }
+}
+
+/// `show servers state` header (format version 1, HAProxy 2.6's 25 columns).
+pub const SERVERS_STATE_HEADER: &str = "1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port\n";
+
+/// HAProxy's `srv_op_state` values.
+const SRV_ST_STOPPED: u32 = 0;
+const SRV_ST_RUNNING: u32 = 2;
+/// HAProxy's `srv_admin_state` bits: forced maintenance, maintenance from the
+/// configuration (`disabled`), forced drain.
+const SRV_ADMF_FMAINT: u32 = 0x01;
+const SRV_ADMF_CMAINT: u32 = 0x04;
+const SRV_ADMF_FDRAIN: u32 = 0x08;
+/// Check status codes (HCHK_STATUS_*): initial, layer 4 passed, layer 4 refused.
+const HCHK_STATUS_INI: u32 = 1;
+const HCHK_STATUS_L4OK: u32 = 6;
+const HCHK_STATUS_L4CON: u32 = 8;
+/// Check results (CHK_RES_*).
+const CHK_RES_FAILED: u32 = 2;
+const CHK_RES_PASSED: u32 = 3;
+/// Check state bits (CHK_ST_*): configured, enabled, paused.
+const CHK_ST_CONFIGURED: u32 = 0x02;
+const CHK_ST_ENABLED: u32 = 0x04;
+const CHK_ST_PAUSED: u32 = 0x08;
+
+/// `show servers state` for the backends at `bis` (config indexes). `note` gives the
+/// administrative facts the dispatcher keeps beside each server.
+pub fn show_servers_state(
+    ctx: &Ctx,
+    bis: &[usize],
+    note: impl Fn(&std::sync::Arc<crate::lb::ServerRt>) -> super::dispatch::AdminNote,
+) -> String {
+    let mut out = String::from(SERVERS_STATE_HEADER);
+    let uptime = ctx.uptime_secs();
+    for &bi in bis {
+        let be = &ctx.state.config.backends[bi];
+        for (si, cfg) in be.servers.iter().enumerate() {
+            let rt = &ctx.state.backends[bi].servers[si];
+            let n = note(rt);
+            let maint = rt.is_maint();
+            let running = !maint && rt.is_up();
+            let mut admin = 0;
+            if maint {
+                // Never touched by the CLI: still the configuration's `disabled`.
+                admin |= if cfg.disabled && n.changed.is_none() {
+                    SRV_ADMF_FMAINT | SRV_ADMF_CMAINT
+                } else {
+                    SRV_ADMF_FMAINT
+                };
+            }
+            if n.drain_weight.is_some() {
+                admin |= SRV_ADMF_FDRAIN;
+            }
+            let rise = cfg.check.rise.unwrap_or(DEFAULT_RISE);
+            let fall = cfg.check.fall.unwrap_or(DEFAULT_FALL);
+            let (status, result, health, state) = if cfg.check.enabled {
+                let mut state = CHK_ST_CONFIGURED | CHK_ST_ENABLED;
+                if maint {
+                    state |= CHK_ST_PAUSED;
+                }
+                if rt.is_up() {
+                    let health = if maint { 0 } else { rise + fall - 1 };
+                    (HCHK_STATUS_L4OK, CHK_RES_PASSED, health, state)
+                } else {
+                    (HCHK_STATUS_L4CON, CHK_RES_FAILED, 0, state)
+                }
+            } else {
+                let state = if admin & SRV_ADMF_CMAINT != 0 {
+                    CHK_ST_PAUSED
+                } else {
+                    0
+                };
+                (HCHK_STATUS_INI, 0, if running { rise } else { 0 }, state)
+            };
+            let since = n.changed.map_or(uptime, |t| t.elapsed().as_secs());
+            let _ = writeln!(
+                out,
+                "{} {} {} {} {} {} {} {} {} {} {} {} {} {} 0 0 0 - {} - 0 {} - - 0",
+                be.id,
+                be.name,
+                cfg.id,
+                cfg.name,
+                rt.addr.ip(),
+                if running {
+                    SRV_ST_RUNNING
+                } else {
+                    SRV_ST_STOPPED
+                },
+                admin,
+                n.drain_weight.unwrap_or_else(|| rt.weight()),
+                rt.initial_weight(),
+                since,
+                status,
+                result,
+                health,
+                state,
+                rt.addr.port(),
+                cfg.check.port.unwrap_or(0),
+            );
+        }
+    }
+    out
+}
+
+/// Idle-connection purge delay `show servers conn` reports (HAProxy's default, ms).
+const POOL_PURGE_DELAY_MS: u32 = 5000;
+
+/// `show servers conn` for the backends at `bis`: HAProxy's columns; shunt keeps no
+/// idle server connections, so the idle columns are zero.
+pub fn show_servers_conn(ctx: &Ctx, bis: &[usize]) -> String {
+    let nbthread = ctx.state.nbthread.max(1);
+    let mut out = format!(
+        "# bkname/svname bkid/svid addr port - purge_delay used_cur used_max need_est unsafe_nb safe_nb idle_lim idle_cur idle_per_thr[{nbthread}]\n"
+    );
+    for &bi in bis {
+        let be = &ctx.state.config.backends[bi];
+        for (si, cfg) in be.servers.iter().enumerate() {
+            let rt = &ctx.state.backends[bi].servers[si];
+            let _ = write!(
+                out,
+                "{}/{} {}/{} {} {} - {POOL_PURGE_DELAY_MS} {} {} {} 0 0 -1 0",
+                be.name,
+                cfg.name,
+                be.id,
+                cfg.id,
+                rt.addr.ip(),
+                rt.addr.port(),
+                rt.cur_conns(),
+                rt.max_conns(),
+                rt.max_conns(),
+            );
+            for _ in 0..nbthread {
+                out.push_str(" 0");
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// `show backend`: every backend's name under HAProxy's header.
+pub fn show_backend(ctx: &Ctx) -> String {
+    let mut out = String::from("# name\n");
+    for be in &ctx.state.config.backends {
+        out.push_str(&be.name);
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]

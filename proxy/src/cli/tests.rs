@@ -977,3 +977,285 @@ fn five_add_maps_then_immediate_close_are_all_applied() {
     // The file's 2 entries plus 200 × 5 (duplicates are kept, as HAProxy does).
     assert_eq!(ctx.state.maps.get(0).unwrap().table().len(), 2 + 200 * 5);
 }
+
+/// The reference config plus a static-rr backend `st` (iid 4) with server `a`.
+fn servers_ctx() -> (Ctx, watch::Sender<Phase>) {
+    let mut c = reference_config("127.0.0.1:18080".parse().unwrap(), [19001, 19002]);
+    let mut st = c.backends[0].clone();
+    st.name = "st".into();
+    st.id = 4;
+    st.balance = Balance::StaticRr;
+    st.servers = vec![server("a", 1, 19004, false)];
+    c.backends.push(st);
+    make_ctx(c)
+}
+
+/// `show servers state` rows with column 9 (seconds since the last change) blanked.
+fn state_rows(out: &str) -> Vec<String> {
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("1"), "{out}");
+    assert_eq!(
+        lines.next(),
+        Some(render::SERVERS_STATE_HEADER.lines().nth(1).unwrap()),
+        "{out}"
+    );
+    lines
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let mut f: Vec<&str> = l.split(' ').collect();
+            assert_eq!(f.len(), 25, "{l}");
+            f[9] = "T";
+            f.join(" ")
+        })
+        .collect()
+}
+
+#[test]
+fn server_state_commands_answer_like_haproxy_2_6() {
+    let (ctx, _tx) = servers_ctx();
+    let run = |cmd: &str| converse(&ctx, admin_session(), format!("{cmd}\n").as_bytes(), true);
+    let out = run("show servers state");
+    assert!(out.starts_with(render::SERVERS_STATE_HEADER));
+    assert!(out.ends_with("\n\n"));
+    assert_eq!(
+        state_rows(&out),
+        [
+            "3 b 1 s1 127.0.0.1 2 0 1 1 T 6 3 4 6 0 0 0 - 19001 - 0 0 - - 0",
+            "3 b 2 s2 127.0.0.1 2 0 1 1 T 6 3 4 6 0 0 0 - 19002 - 0 0 - - 0",
+            "4 st 1 a 127.0.0.1 2 0 1 1 T 1 0 2 0 0 0 0 - 19004 - 0 0 - - 0",
+        ]
+    );
+    assert_eq!(state_rows(&run("show servers state b")).len(), 2);
+    assert_eq!(state_rows(&run("show servers state #4")).len(), 1);
+    assert_eq!(run("show servers state nosuch"), "Can't find backend.\n\n");
+
+    // The transcript's maintenance row, byte for byte (time since change is 0).
+    assert_eq!(run("set server b/s1 state maint"), "\n");
+    let out = run("show servers state b");
+    assert!(
+        out.contains("\n3 b 1 s1 127.0.0.1 0 1 1 1 0 6 3 0 14 0 0 0 - 19001 - 0 0 - - 0\n"),
+        "{out}"
+    );
+    let b = &ctx.state.backends[0];
+    assert!(b.servers[0].is_maint());
+    assert_eq!(run("set server b/s1 state ready"), "\n");
+    assert!(!b.servers[0].is_maint());
+    assert_eq!(run("disable server b/s2"), "\n");
+    assert!(b.servers[1].is_maint());
+    assert_eq!(run("enable server b/s2"), "\n");
+    assert!(!b.servers[1].is_maint());
+
+    // Weights: absolute, relative to the initial weight, the two spellings.
+    assert_eq!(run("set server b/s1 weight 50"), "\n");
+    assert_eq!(run("get weight b/s1"), "50 (initial 1)\n\n");
+    assert_eq!(run("set server b/s1 weight 50%"), "\n");
+    assert_eq!(run("get weight b/s1"), "0 (initial 1)\n\n");
+    assert_eq!(run("set weight b/s1 10"), "\n");
+    assert_eq!(run("get weight b/s1"), "10 (initial 1)\n\n");
+    assert_eq!(b.servers[0].weight(), 10);
+    assert_eq!(run("set weight #3/#1 300%"), "\n");
+    assert_eq!(run("get weight b/s1"), "3 (initial 1)\n\n");
+    assert_eq!(run("set weight b/s1 10"), "\n");
+
+    // Drain: no new traffic, the user weight is kept and comes back on ready.
+    assert_eq!(run("set server b/s1 state drain"), "\n");
+    assert_eq!(b.servers[0].weight(), 0);
+    assert!(!b.servers[0].usable());
+    assert_eq!(run("get weight b/s1"), "10 (initial 1)\n\n");
+    assert_eq!(run("set weight b/s1 7"), "\n");
+    assert_eq!(b.servers[0].weight(), 0);
+    let out = run("show servers state b");
+    assert!(
+        out.contains("\n3 b 1 s1 127.0.0.1 2 8 7 1 0 6 3 4 6 0 0 0 - 19001 - 0 0 - - 0\n"),
+        "{out}"
+    );
+    assert_eq!(run("set server b/s1 state ready"), "\n");
+    assert_eq!(b.servers[0].weight(), 7);
+    assert!(b.servers[0].usable());
+
+    // Health.
+    assert_eq!(run("set server b/s2 health down"), "\n");
+    assert!(!b.servers[1].is_up());
+    assert_eq!(run("set server b/s2 health up"), "\n");
+    assert!(b.servers[1].is_up());
+
+    // HAProxy 2.6's error strings (checked against haproxy 2.6.12).
+    for (cmd, want) in [
+        ("get weight", "Require 'backend/server'.\n"),
+        ("get weight b", "Require 'backend/server'.\n"),
+        ("get weight nosuch/s1", "No such backend.\n"),
+        ("get weight b/nosuch", "No such server.\n"),
+        ("set weight b", "Require 'backend/server'.\n"),
+        ("set weight b/s1", "Require <weight> or <weight%>.\n"),
+        (
+            "set weight b/s1 abc",
+            "Empty weight string empty or preceded by garbage\n",
+        ),
+        (
+            "set weight b/s1 300",
+            "Absolute weight can only be between 0 and 256 inclusive.\n",
+        ),
+        (
+            "set weight b/s1 -1",
+            "Absolute weight can only be between 0 and 256 inclusive.\n",
+        ),
+        ("set weight b/s1 5x", "Trailing garbage in weight string\n"),
+        ("set weight b/s1 5%x", "Trailing garbage in weight string\n"),
+        ("set weight b/s1 -5%", "Relative weight must be positive.\n"),
+        (
+            "set weight st/a 5",
+            "Backend is using a static LB algorithm and only accepts weights '0%' and '100%'.\n",
+        ),
+        ("set server", "Require 'backend/server'.\n"),
+        ("set server b", "Require 'backend/server'.\n"),
+        ("set server b/nosuch state ready", "No such server.\n"),
+        (
+            "set server b/s1 state bogus",
+            "'set server <srv> state' expects 'ready', 'drain' and 'maint'.\n",
+        ),
+        (
+            "set server b/s1 state",
+            "'set server <srv> state' expects 'ready', 'drain' and 'maint'.\n",
+        ),
+        (
+            "set server b/s1 health bogus",
+            "'set server <srv> health' expects 'up', 'stopping', or 'down'.\n",
+        ),
+        ("set server b/s1 weight", "Require <weight> or <weight%>.\n"),
+        (
+            "set server b/s1 maxconn 100",
+            "usage: set server <backend>/<server> addr | agent | agent-addr | agent-port | agent-send | check-addr | check-port | fqdn | health | ssl | state | weight\n",
+        ),
+        ("disable server b", "Require 'backend/server'.\n"),
+        ("disable server b/zz", "No such server.\n"),
+        ("enable server nosuch/s1", "No such backend.\n"),
+    ] {
+        assert_eq!(run(cmd), format!("{want}\n"), "{cmd}");
+    }
+    assert_eq!(run("set weight st/a 0"), "\n");
+    assert_eq!(run("set weight st/a 100%"), "\n");
+    assert_eq!(run("get weight st/a"), "1 (initial 1)\n\n");
+}
+
+#[test]
+fn server_commands_take_effect_on_balancing() {
+    let (ctx, _tx) = servers_ctx();
+    let run = |cmd: &str| converse(&ctx, admin_session(), format!("{cmd}\n").as_bytes(), true);
+    let b = &ctx.state.backends[0];
+    let client: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+    let picks = || {
+        (0..8)
+            .filter_map(|_| b.pick(client, None))
+            .collect::<Vec<_>>()
+    };
+    assert!(picks().contains(&0) && picks().contains(&1));
+    assert_eq!(run("disable server b/s1"), "\n");
+    assert!(picks().iter().all(|&i| i == 1), "{:?}", picks());
+    assert_eq!(run("enable server b/s1"), "\n");
+    assert_eq!(run("set server b/s2 state drain"), "\n");
+    assert!(picks().iter().all(|&i| i == 0), "{:?}", picks());
+    assert_eq!(run("set server b/s2 state ready"), "\n");
+    assert_eq!(run("set weight b/s1 0"), "\n");
+    assert!(picks().iter().all(|&i| i == 1), "{:?}", picks());
+}
+
+#[test]
+fn server_commands_need_admin_and_reads_need_user() {
+    let (ctx, _tx) = servers_ctx();
+    let as_level = |level: CliLevel, cmd: &str| {
+        converse(
+            &ctx,
+            Session::new(level, Duration::from_secs(10)),
+            format!("{cmd}\n").as_bytes(),
+            true,
+        )
+    };
+    for cmd in [
+        "set weight b/s1 3",
+        "set server b/s1 state maint",
+        "set server b/s1 weight 3",
+        "disable server b/s1",
+        "enable server b/s1",
+        "clear counters all",
+    ] {
+        assert_eq!(
+            as_level(CliLevel::Operator, cmd),
+            "Permission denied\n\n",
+            "{cmd}"
+        );
+    }
+    assert_eq!(ctx.state.backends[0].servers[0].weight(), 1);
+    assert!(!ctx.state.backends[0].servers[0].is_maint());
+    assert_eq!(
+        as_level(CliLevel::User, "clear counters"),
+        "Permission denied\n\n"
+    );
+    assert_eq!(as_level(CliLevel::Operator, "clear counters"), "\n");
+    assert_eq!(as_level(CliLevel::Admin, "clear counters all"), "\n");
+    assert_eq!(
+        as_level(CliLevel::User, "get weight b/s1"),
+        "1 (initial 1)\n\n"
+    );
+    assert!(as_level(CliLevel::User, "show servers state").starts_with("1\n# be_id"));
+    assert!(as_level(CliLevel::User, "show servers conn").starts_with("# bkname"));
+    assert_eq!(
+        as_level(CliLevel::User, "show backend"),
+        "# name\nb\nst\n\n"
+    );
+}
+
+#[test]
+fn show_servers_conn_has_haproxy_columns() {
+    let (ctx, _tx) = servers_ctx();
+    let out = converse(&ctx, admin_session(), b"show servers conn b\n", true);
+    assert_eq!(
+        out,
+        "# bkname/svname bkid/svid addr port - purge_delay used_cur used_max need_est unsafe_nb safe_nb idle_lim idle_cur idle_per_thr[2]\n\
+         b/s1 3/1 127.0.0.1 19001 - 5000 0 0 0 0 0 -1 0 0 0\n\
+         b/s2 3/2 127.0.0.1 19002 - 5000 0 0 0 0 0 -1 0 0 0\n\n"
+    );
+    let out = converse(&ctx, admin_session(), b"show servers conn\n", true);
+    assert_eq!(out.lines().filter(|l| !l.is_empty()).count(), 4, "{out}");
+    let out = converse(&ctx, admin_session(), b"show servers conn zz\n", true);
+    assert_eq!(out, "Can't find backend.\n\n");
+}
+
+#[test]
+fn weight_syntax_follows_haproxy() {
+    use dispatch::parse_weight;
+    assert_eq!(parse_weight("0", 1, false), Ok(0));
+    assert_eq!(parse_weight("256", 1, false), Ok(256));
+    assert_eq!(parse_weight("+7", 1, false), Ok(7));
+    assert_eq!(parse_weight("50%", 10, false), Ok(5));
+    assert_eq!(parse_weight("100000%", 10, false), Ok(256));
+    assert_eq!(parse_weight("100%", 3, true), Ok(3));
+    assert_eq!(parse_weight("0%", 3, true), Ok(0));
+    assert_eq!(parse_weight("2", 3, true), Err(dispatch::WEIGHT_STATIC));
+    assert_eq!(parse_weight("", 1, false), Err(dispatch::WEIGHT_MISSING));
+    assert_eq!(
+        parse_weight("300x", 1, false),
+        Err(dispatch::WEIGHT_ABSOLUTE_RANGE)
+    );
+    assert_eq!(
+        parse_weight("%", 1, false),
+        Err(dispatch::WEIGHT_GARBAGE_BEFORE)
+    );
+    assert_eq!(
+        parse_weight("99999999999999999999999", 1, false),
+        Err(dispatch::WEIGHT_ABSOLUTE_RANGE)
+    );
+}
+
+#[test]
+fn show_name_sets_the_name_in_show_info() {
+    let (ctx, _tx) = ctx();
+    let out = converse(&ctx, op_session(), b"show info\n", true);
+    assert!(out.starts_with("Name: shunt\n"), "{out}");
+    let mut c = reference_config("127.0.0.1:18080".parse().unwrap(), [19001, 19002]);
+    c.global.stats_show_name = Some("HAProxy".into());
+    let (ctx, _tx) = make_ctx(c);
+    let out = converse(&ctx, op_session(), b"show info\n", true);
+    assert!(out.starts_with("Name: HAProxy\n"), "{out}");
+    let out = converse(&ctx, op_session(), b"show info typed\n", true);
+    assert!(out.starts_with("0.Name.1:POS:str:HAProxy\n"), "{out}");
+}

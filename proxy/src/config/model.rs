@@ -87,6 +87,9 @@ pub struct Global {
     pub stats_timeout: Duration,
     /// `stats maxconn`, default 10.
     pub stats_maxconn: usize,
+    /// `stats show-name NAME`: the `Name` of `show info` (default `shunt`). Tools that
+    /// insist on talking to `HAProxy` can be pointed at shunt with `stats show-name HAProxy`.
+    pub stats_show_name: Option<String>,
     pub forward_mode: ForwardMode,
     /// `tune.pipesize` in bytes; `None` keeps the kernel default (64 KiB).
     pub pipesize: Option<usize>,
@@ -114,6 +117,7 @@ impl Default for Global {
             stats_sockets: Vec::new(),
             stats_timeout: Duration::from_secs(10),
             stats_maxconn: 10,
+            stats_show_name: None,
             forward_mode: ForwardMode::Auto,
             pipesize: None,
             sockmap_max_inflight: None,

@@ -831,7 +831,7 @@ impl<'e> Parser<'e> {
     }
 }
 
-/// `stats socket|timeout|maxconn ...` in the global section; returns the words used.
+/// `stats socket|timeout|maxconn|show-name ...` in the global section; returns the words used.
 fn stats_line(g: &mut Global, args: &[String]) -> Result<usize, String> {
     let sub = args.get(1).map(String::as_str).unwrap_or("");
     let val = args.get(2).map(String::as_str);
@@ -843,6 +843,11 @@ fn stats_line(g: &mut Global, args: &[String]) -> Result<usize, String> {
                 return Err("'stats timeout' expects a positive value".to_string());
             }
             g.stats_timeout = t;
+            Ok(3)
+        }
+        "show-name" => {
+            let v = val.ok_or_else(|| "'stats show-name' expects a name.".to_string())?;
+            g.stats_show_name = Some(v.to_string());
             Ok(3)
         }
         "maxconn" => {
