@@ -18,7 +18,7 @@ use crate::proc;
 /// loaded programs and maps), iproute2 (`ss`, `ip netns`), procps (`ps`, `pgrep`),
 /// util-linux (`setpriv` for the unprivileged test, `script` for hatop's terminal),
 /// hatop, prometheus-haproxy-exporter and python3-pip (the real stats-socket clients of
-/// the `cli_clients` test; pip installs haproxyadmin).
+/// the `cli_clients` test; pip installs haproxyadmin), strace (the CLI write-count test).
 pub const DEBIAN_PACKAGES: &[&str] = &[
     "haproxy",
     "hatop",
@@ -31,6 +31,7 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "iproute2",
     "procps",
     "util-linux",
+    "strace",
 ];
 
 /// The nightly toolchain builds the eBPF object (bpfel-unknown-none needs core from source).

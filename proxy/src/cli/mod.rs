@@ -14,6 +14,10 @@
 //!   written once the batch is exhausted or [`frame::OUT_FLUSH`] bytes are pending —
 //!   never one answer per write. The loop yields every [`YIELD_EVERY`] commands so a long
 //!   batch does not starve flows on the same worker.
+//! - Map changes made by a connection are staged (`Maps::defer`) and published before
+//!   any byte of output is written ([`send`]) and when the connection ends, so a batch
+//!   of `add map` builds one map version per flush, and a flow routed after an
+//!   acknowledgement always sees the acknowledged change.
 //! - Non-interactive connections close after a line once no further input is buffered
 //!   (so pipelined lines that arrived together are all answered, as HAProxy does);
 //!   interactive ones (`prompt`) stay until `quit`, EOF or the idle timeout.
@@ -326,6 +330,15 @@ async fn drain_and_close<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, buf:
     let _ = tokio::time::timeout(CLOSE_DRAIN_TIME, drain).await;
 }
 
+/// Write pending output, publishing staged map changes first (see the module header).
+async fn send<S: AsyncWrite + Unpin>(ctx: &Ctx, stream: &mut S, out: &[u8]) -> std::io::Result<()> {
+    ctx.state.maps.publish();
+    if out.is_empty() {
+        return Ok(());
+    }
+    stream.write_all(out).await
+}
+
 /// Drive one CLI connection until it closes. Generic over the stream so tests can use
 /// socket pairs.
 pub async fn serve_conn<S>(ctx: &Ctx, mut stream: S, mut sess: Session)
@@ -337,6 +350,8 @@ where
     let mut rbuf = vec![0u8; READ_CHUNK];
     let mut eof = false;
     let mut since_yield = 0usize;
+    // Published before every write and, by its drop, when the connection ends.
+    let _defer = ctx.state.maps.defer();
     loop {
         // Run everything the input already holds.
         loop {
@@ -346,7 +361,7 @@ where
                 Err(e) => {
                     // An overlong line or payload ends this connection only.
                     out.extend_from_slice(format!("{e}\n\n").as_bytes());
-                    if stream.write_all(&out).await.is_ok() {
+                    if send(ctx, &mut stream, &out).await.is_ok() {
                         drain_and_close(&mut stream, &mut rbuf).await;
                     }
                     return;
@@ -367,12 +382,12 @@ where
                         let answer = dispatch::dispatch(ctx, &mut sess, cmd);
                         if sess.quit {
                             // `quit` answers nothing, not even the empty line.
-                            let _ = stream.write_all(&out).await;
+                            let _ = send(ctx, &mut stream, &out).await;
                             return;
                         }
                         frame::push_answer(&mut out, answer.as_str(), sess.interactive);
                         if out.len() >= frame::OUT_FLUSH {
-                            if stream.write_all(&out).await.is_err() {
+                            if send(ctx, &mut stream, &out).await.is_err() {
                                 return;
                             }
                             out.clear();
@@ -384,7 +399,7 @@ where
                         }
                     }
                     if !sess.interactive && !input.has_buffered() {
-                        let _ = stream.write_all(&out).await;
+                        let _ = send(ctx, &mut stream, &out).await;
                         let _ = stream.shutdown().await;
                         return;
                     }
@@ -392,7 +407,7 @@ where
             }
         }
         if eof {
-            let _ = stream.write_all(&out).await;
+            let _ = send(ctx, &mut stream, &out).await;
             return;
         }
         // The batch is exhausted. Extend it with whatever already arrived; flush only
@@ -409,13 +424,15 @@ where
                 }
                 Some(Err(_)) => return,
                 None => {
-                    if stream.write_all(&out).await.is_err() {
+                    if send(ctx, &mut stream, &out).await.is_err() {
                         return;
                     }
                     out.clear();
                 }
             }
         }
+        // Nothing staged may wait for the client's next line.
+        ctx.state.maps.publish();
         match tokio::time::timeout(sess.timeout, stream.read(&mut rbuf)).await {
             Err(_) => return, // idle timeout
             Ok(Err(_)) => return,

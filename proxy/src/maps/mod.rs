@@ -12,6 +12,15 @@
 //! `table.rs`) and stores it. Race window: a flow that loaded the previous version just
 //! before the store routes by it; the next flow sees the change. Flows already
 //! forwarding never look at maps again, so a change never disturbs them.
+//!
+//! Deferred publication (batches): while a [`Deferred`] guard from [`Maps::defer`] is
+//! alive, changes go to a private staged version of the map, which only its writer
+//! touches, so a run of `add map` copies each radix path once instead of once per add.
+//! The staged version is published by [`Maps::publish`] (the CLI calls it before it
+//! writes any acknowledgement), by any CLI read ([`MapRt::table`]), after
+//! [`PUBLISH_EVERY`] staged changes, and when the last guard drops. So a change is
+//! visible to flows at the latest when its acknowledgement leaves the process, and
+//! no staged change outlives its guard. Without a guard every change publishes at once.
 
 pub mod net;
 pub mod table;
@@ -21,7 +30,7 @@ mod tests;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -35,6 +44,9 @@ pub use table::{Entry, Table};
 const PTR_BASE: u64 = 0x55d0_0000_0000;
 /// Distance between two fake entry addresses (the size of HAProxy's element, roughly).
 const PTR_STRIDE: u64 = 0x90;
+/// Most staged changes of one map before they are published even mid-batch, which
+/// bounds how far flows can lag behind an acknowledged-soon batch.
+pub const PUBLISH_EVERY: usize = 64 * 1024;
 
 /// One line of a map file, its key already checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,14 +137,38 @@ pub struct MapRt {
     pub used_file: String,
     pub used_line: usize,
     current: ArcSwap<Table>,
-    /// Serialises writers (CLI connections); the flow path never takes it.
-    write: Mutex<()>,
+    /// Serialises writers (CLI connections) and holds the staged version; the flow path
+    /// never takes it.
+    write: Mutex<Staged>,
+}
+
+/// The writer side of a map: the next version while publication is deferred.
+#[derive(Debug, Default)]
+struct Staged {
+    next: Option<Table>,
+    /// Changes in `next` not yet published.
+    changes: usize,
 }
 
 impl MapRt {
-    /// The current version (lock-free).
+    /// The current version, with any staged change published first (so a CLI read
+    /// sees every change made before it).
     pub fn table(&self) -> Arc<Table> {
+        self.publish();
         self.current.load_full()
+    }
+
+    /// Publish the staged version, if any.
+    pub fn publish(&self) {
+        let mut w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        self.publish_locked(&mut w);
+    }
+
+    fn publish_locked(&self, w: &mut Staged) {
+        if let Some(next) = w.next.take() {
+            self.current.store(Arc::new(next));
+        }
+        w.changes = 0;
     }
 
     /// The line `show map` prints for this map (without the final `\n`).
@@ -144,17 +180,37 @@ impl MapRt {
             self.path,
             self.used_file,
             self.used_line,
-            self.current.load().len()
+            self.table().len()
         )
     }
 
-    /// Build the next version with `f` and publish it; `f`'s result is returned.
-    fn update<R>(&self, f: impl FnOnce(&mut Table) -> R) -> R {
-        let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
-        let mut next = Table::clone(&self.current.load());
-        let r = f(&mut next);
-        self.current.store(Arc::new(next));
+    /// Apply `f` to the next version and publish it, unless publication is deferred
+    /// (`defer`); `f`'s result is returned.
+    fn update<R>(&self, defer: bool, f: impl FnOnce(&mut Table) -> R) -> R {
+        let mut w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        let next = w
+            .next
+            .get_or_insert_with(|| Table::clone(&self.current.load()));
+        let r = f(next);
+        w.changes += 1;
+        if !defer || w.changes >= PUBLISH_EVERY {
+            self.publish_locked(&mut w);
+        }
         r
+    }
+}
+
+/// While alive, map changes are staged rather than published one by one (see the
+/// module header). Dropping the last guard publishes everything staged.
+#[must_use = "publication is deferred only while the guard lives"]
+pub struct Deferred<'a> {
+    maps: &'a Maps,
+}
+
+impl Drop for Deferred<'_> {
+    fn drop(&mut self) {
+        self.maps.deferring.fetch_sub(1, Ordering::AcqRel);
+        self.maps.publish();
     }
 }
 
@@ -169,6 +225,8 @@ pub struct Maps {
     maps: Vec<MapRt>,
     backends: HashMap<String, usize>,
     seq: AtomicU64,
+    /// Live [`Deferred`] guards.
+    deferring: AtomicUsize,
 }
 
 impl Maps {
@@ -183,6 +241,7 @@ impl Maps {
                 .map(|(i, b)| (b.name.clone(), i))
                 .collect(),
             seq: AtomicU64::new(0),
+            deferring: AtomicUsize::new(0),
         };
         for (id, src) in config.maps.iter().enumerate() {
             let rt = maps.build(id, src);
@@ -203,7 +262,7 @@ impl Maps {
             used_file: src.used_at.file.clone(),
             used_line: src.used_at.line,
             current: ArcSwap::from_pointee(table),
-            write: Mutex::new(()),
+            write: Mutex::new(Staged::default()),
         }
     }
 
@@ -214,6 +273,24 @@ impl Maps {
             value: Arc::from(value),
             target: self.backends.get(value).copied(),
         }
+    }
+
+    /// Defer publication of changes while the guard lives (a CLI connection holds one
+    /// and calls [`Maps::publish`] before writing acknowledgements).
+    pub fn defer(&self) -> Deferred<'_> {
+        self.deferring.fetch_add(1, Ordering::AcqRel);
+        Deferred { maps: self }
+    }
+
+    /// Publish every map's staged changes.
+    pub fn publish(&self) {
+        for m in &self.maps {
+            m.publish();
+        }
+    }
+
+    fn deferred(&self) -> bool {
+        self.deferring.load(Ordering::Acquire) > 0
     }
 
     /// Every map, by id.
@@ -246,7 +323,7 @@ impl Maps {
     pub fn add(&self, map: &MapRt, key: &str, value: &str) -> Result<(), MapError> {
         let net = IpNet::parse(key)?;
         let entry = self.entry(key, value);
-        map.update(|t| t.add(net, entry));
+        map.update(self.deferred(), |t| t.add(net, entry));
         Ok(())
     }
 
@@ -272,7 +349,7 @@ impl Maps {
             }
         }
         if !batch.is_empty() {
-            map.update(|t| {
+            map.update(self.deferred(), |t| {
                 for (net, e) in batch {
                     t.add(net, e);
                 }
@@ -295,7 +372,7 @@ impl Maps {
                 return Err(MapError::EntryNotFound);
             };
             // The referenced entry's key is set (its duplicates with it).
-            return map.update(|t| {
+            return map.update(self.deferred(), |t| {
                 if t.set(&net, &value, target) {
                     Ok(())
                 } else {
@@ -304,7 +381,7 @@ impl Maps {
             });
         }
         let net = IpNet::parse(key).map_err(|_| MapError::EntryNotFound)?;
-        map.update(|t| {
+        map.update(self.deferred(), |t| {
             if t.set(&net, &value, target) {
                 Ok(())
             } else {
@@ -316,7 +393,7 @@ impl Maps {
     /// `del map`: remove every entry of `key`, or the one entry `#<ref>`.
     pub fn del(&self, map: &MapRt, key: &str) -> Result<(), MapError> {
         if let Some(seq) = parse_ref(key) {
-            return map.update(|t| {
+            return map.update(self.deferred(), |t| {
                 if t.remove_seq(seq) {
                     Ok(())
                 } else {
@@ -325,7 +402,7 @@ impl Maps {
             });
         }
         let net = IpNet::parse(key).map_err(|_| MapError::KeyNotFound)?;
-        map.update(|t| {
+        map.update(self.deferred(), |t| {
             if t.remove(&net) {
                 Ok(())
             } else {
@@ -336,7 +413,7 @@ impl Maps {
 
     /// `clear map`: remove every entry.
     pub fn clear(&self, map: &MapRt) {
-        map.update(|t| *t = Table::default());
+        map.update(self.deferred(), |t| *t = Table::default());
     }
 }
 

@@ -7,7 +7,8 @@
 //! and swaps it in. Copying a whole 1M-entry table per `add map` would make a stream of
 //! adds quadratic, so a table is a fixed two-level radix of `Arc`s over the key's hash
 //! ([`FANOUT`] × [`FANOUT`] leaves, each a small `HashMap`). A change copies only its
-//! path — two arrays of [`FANOUT`] pointers and one leaf (about n / 4096 entries) — and
+//! path — two arrays of [`FANOUT`] pointers and one leaf (about n / 4096 keys, one
+//! reference count each: a key's entries are an `Arc<Vec<Entry>>`) — and
 //! shares everything else with the previous version (`Arc::make_mut` copy-on-write).
 //!
 //! Longest-prefix match: entries are hashed by their normalised network; the table keeps
@@ -46,7 +47,9 @@ pub struct Entry {
     pub target: Option<usize>,
 }
 
-type Leaf = HashMap<IpNet, Vec<Entry>>;
+/// A key's entries sit behind an `Arc` so copying a leaf (path copy) costs one
+/// reference count per key, not one allocation per key.
+type Leaf = HashMap<IpNet, Arc<Vec<Entry>>>;
 type Mid = [Arc<Leaf>; FANOUT];
 
 /// An immutable-once-published version of one map.
@@ -144,11 +147,11 @@ impl Table {
         let leaf = self.leaf_mut(&net);
         let new_key = match leaf.get_mut(&net) {
             Some(list) => {
-                list.push(entry);
+                Arc::make_mut(list).push(entry);
                 false
             }
             None => {
-                leaf.insert(net, vec![entry]);
+                leaf.insert(net, Arc::new(vec![entry]));
                 true
             }
         };
@@ -164,7 +167,7 @@ impl Table {
             return false;
         }
         if let Some(list) = self.leaf_mut(net).get_mut(net) {
-            for e in list {
+            for e in Arc::make_mut(list) {
                 e.value = value.clone();
                 e.target = target;
             }
@@ -191,6 +194,7 @@ impl Table {
         let leaf = self.leaf_mut(&net);
         let mut now_empty = false;
         if let Some(list) = leaf.get_mut(&net) {
+            let list = Arc::make_mut(list);
             list.retain(|e| e.seq != seq);
             now_empty = list.is_empty();
         }

@@ -246,3 +246,30 @@ fn registry_resolves_names_routes_and_applies_changes() {
     assert!(m.table().is_empty());
     assert_eq!(maps.route(0, ip("127.0.0.2")), None);
 }
+
+#[test]
+fn deferred_changes_publish_on_publish_read_or_guard_drop() {
+    let maps = Maps::new(&config_with_map("127.0.0.2 a\n"));
+    let m = maps.find("#0").unwrap();
+    {
+        let _d = maps.defer();
+        maps.add(m, "10.0.0.1", "a").unwrap();
+        assert_eq!(
+            maps.route(0, ip("10.0.0.1")),
+            None,
+            "staged, not yet published"
+        );
+        maps.publish();
+        assert_eq!(maps.route(0, ip("10.0.0.1")), Some(Some(0)));
+        maps.add(m, "10.0.0.2", "b").unwrap();
+        // A CLI read publishes first, so it sees the change.
+        assert_eq!(m.table().len(), 3);
+        assert_eq!(maps.route(0, ip("10.0.0.2")), Some(Some(1)));
+        maps.del(m, "10.0.0.1").unwrap();
+        assert_eq!(maps.route(0, ip("10.0.0.1")), Some(Some(0)));
+    }
+    assert_eq!(maps.route(0, ip("10.0.0.1")), None, "guard drop publishes");
+    // Without a guard every change is published at once.
+    maps.add(m, "10.0.0.3", "a").unwrap();
+    assert_eq!(maps.route(0, ip("10.0.0.3")), Some(Some(0)));
+}
