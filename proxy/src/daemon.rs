@@ -80,6 +80,22 @@ pub struct State {
     /// Signalled whenever a flow ends, to resume paused accept loops.
     pub conn_released: Notify,
     pub phase: watch::Receiver<Phase>,
+    /// One handle per running worker (filled as workers start), through which the
+    /// CLI reaches each worker's flow registry (`stats::flows`).
+    pub remotes: std::sync::Mutex<Vec<scheduler::Remote>>,
+}
+
+impl State {
+    /// The workers' handles, sorted by worker index.
+    pub fn remotes(&self) -> Vec<scheduler::Remote> {
+        let mut v = self
+            .remotes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        v.sort_by_key(scheduler::Remote::thread_id);
+        v
+    }
 }
 
 /// Options from the command line that override the configuration.
@@ -270,6 +286,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         conns: AtomicUsize::new(0),
         conn_released: Notify::new(),
         phase: phase_rx,
+        remotes: std::sync::Mutex::new(Vec::with_capacity(nbthread)),
     });
     tracing::info!(nbthread, mode = ?forward_mode, "shunt started");
 
@@ -377,6 +394,11 @@ async fn worker_main(
     cli: Vec<crate::cli::Listener>,
 ) {
     let mut phase = state.phase.clone();
+    state
+        .remotes
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(scheduler::remote());
     let mut tasks = crate::cli::serve(state.clone(), cli);
     // The kernel program's aya-log records, forwarded into tracing by one
     // task on the first worker (started after the privilege drop: no thread).
@@ -448,13 +470,22 @@ async fn accept_loop(state: Arc<State>, fe_idx: usize, listener: TcpListener) {
                 let guard = ConnGuard(state.clone());
                 let st = state.clone();
                 let mut ph = state.phase.clone();
-                scheduler::spawn(Class::Normal, "session", async move {
+                // Owned by the future: aborting the task unregisters the flow.
+                let reg = crate::stats::flows::Registered::new(
+                    fe_idx,
+                    peer,
+                    std::os::fd::AsRawFd::as_raw_fd(&sock),
+                );
+                let id = reg.id();
+                let task = scheduler::spawn(Class::Normal, "session", async move {
                     let _guard = guard;
+                    let _reg = reg;
                     tokio::select! {
-                        _ = crate::session::run(st, fe_idx, sock, peer) => {}
+                        _ = crate::session::run(st, fe_idx, sock, peer, id) => {}
                         _ = ph.wait_for(|p| *p == Phase::HardStop) => {}
                     }
                 });
+                crate::stats::flows::set_task(id, task);
             }
             Err(e) => {
                 // EMFILE and friends: count, back off briefly, keep serving.

@@ -16,7 +16,7 @@ use crate::config::{Backend, ForwardMode, Frontend, UseBackend};
 use crate::daemon::State;
 use crate::handoff::{self, End, FlowTimeouts, Meter, Mode};
 use crate::lb::AcquireError;
-use crate::stats::{Counters, Event};
+use crate::stats::{flows, Counters, Event};
 
 /// Upper bound on HAProxy's turn-around delay between two connection attempts.
 const RETRY_TURNAROUND_MAX: Duration = Duration::from_secs(1);
@@ -128,8 +128,18 @@ async fn connect(addr: SocketAddr, timeout: Option<Duration>) -> std::io::Result
     }
 }
 
-/// Run one client flow accepted on frontend `fe_idx`.
-pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: SocketAddr) {
+/// Name of a forwarding mode as `show sess` prints it (`fwd=`).
+pub fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::Sockmap => "sockmap",
+        Mode::Splice => "splice",
+        Mode::Copy => "copy",
+    }
+}
+
+/// Run one client flow accepted on frontend `fe_idx`; `flow` is its id in this
+/// worker's registry (`stats::flows`), kept up to date as the flow progresses.
+pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: SocketAddr, flow: u64) {
     let fe = &state.config.frontends[fe_idx];
     let fe_ctr = &state.stats.frontends[fe_idx];
     fe_ctr.event(Event::Session);
@@ -143,6 +153,7 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
     let be = &state.config.backends[be_idx];
     let be_rt = &state.backends[be_idx];
     let be_ctr = &state.stats.backends[be_idx];
+    flows::update(flow, |f| f.be = Some(be_idx));
     be_ctr.event(Event::Session);
     let _be_open = Open::new(be_ctr);
 
@@ -217,6 +228,14 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
         srv: srv_ctr,
     };
     let mode = choose_mode(&state);
+    let server_addr = server.peer_addr().ok();
+    let fd_server = std::os::fd::AsRawFd::as_raw_fd(&server);
+    flows::update(flow, |f| {
+        f.srv = Some(srv_idx);
+        f.server = server_addr;
+        f.fd_server = fd_server;
+        f.mode = Some(mode_name(mode));
+    });
     let out = handoff::forward(
         client,
         server,

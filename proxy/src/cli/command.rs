@@ -166,6 +166,12 @@ pub enum Command {
     ShowBackend,
     /// `clear counters [all]`
     ClearCounters { all: bool },
+    /// `show sess`: one line per live flow.
+    ShowSess,
+    /// `shutdown session ID` (the raw id word, empty when missing).
+    ShutdownSession(String),
+    /// `shutdown sessions server B/S` (the raw `B/S` word, empty when missing).
+    ShutdownSessionsServer(String),
     /// A known command with bad arguments.
     Bad { need: CliLevel, err: ParseError },
     /// No command matches these words.
@@ -185,12 +191,15 @@ impl Command {
             | Command::SetMap { .. }
             | Command::DelMap { .. }
             | Command::ClearMap(_)
-            | Command::ClearCounters { all: false } => CliLevel::Operator,
+            | Command::ClearCounters { all: false }
+            | Command::ShowSess => CliLevel::Operator,
             Command::SetWeight { .. }
             | Command::SetServer { .. }
             | Command::EnableServer(_)
             | Command::DisableServer(_)
-            | Command::ClearCounters { all: true } => CliLevel::Admin,
+            | Command::ClearCounters { all: true }
+            | Command::ShutdownSession(_)
+            | Command::ShutdownSessionsServer(_) => CliLevel::Admin,
             _ => CliLevel::User,
         }
     }
@@ -303,9 +312,24 @@ pub const HELP: &[HelpEntry] = &[
         desc: "dump volatile server information (all or for a single backend)",
     },
     HelpEntry {
+        keywords: &["show", "sess"],
+        syntax: "show sess [id]",
+        desc: "report the list of current sessions or dump this exact session",
+    },
+    HelpEntry {
         keywords: &["show", "stat"],
         syntax: "show stat [desc|json|no-maint|typed|up]*",
         desc: "report counters for each proxy and server",
+    },
+    HelpEntry {
+        keywords: &["shutdown", "session"],
+        syntax: "shutdown session [id]",
+        desc: "kill a specific session",
+    },
+    HelpEntry {
+        keywords: &["shutdown", "sessions", "server"],
+        syntax: "shutdown sessions server <bk>/<srv>",
+        desc: "kill sessions on a server",
     },
     HelpEntry {
         keywords: &["user"],
@@ -397,6 +421,11 @@ pub fn parse(req: &Request) -> Command {
             Command::ShowServersConn(rest.first().map(|b| b.to_string()))
         }
         ["show", "backend", ..] => Command::ShowBackend,
+        ["show", "sess", ..] => Command::ShowSess,
+        ["shutdown", "session", rest @ ..] => Command::ShutdownSession(first(rest)),
+        ["shutdown", "sessions", "server", rest @ ..] => {
+            Command::ShutdownSessionsServer(first(rest))
+        }
         ["clear", "counters", rest @ ..] => Command::ClearCounters {
             all: rest.first() == Some(&"all"),
         },

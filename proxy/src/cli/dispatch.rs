@@ -22,6 +22,11 @@ use super::command::{AdminState, Command, ProxySel, ServerOp};
 use super::render::{self, StatFilter};
 use super::{Ctx, Session};
 
+/// `shutdown session` without an id.
+pub const SESSION_POINTER_EXPECTED: &str = "Session pointer expected (use 'show sess').\n";
+/// `shutdown session ID` naming no live flow.
+pub const NO_SUCH_SESSION: &str = "No such session (use 'show sess').\n";
+
 /// HAProxy's refusal text.
 pub const PERMISSION_DENIED: &str = "Permission denied\n";
 /// `show stat` naming a proxy that does not exist.
@@ -79,6 +84,54 @@ impl Output {
         match self {
             Output::Text(s) => s,
         }
+    }
+}
+
+/// Commands that need the workers' flow registries (answered asynchronously: `show
+/// sess` by the connection loop's streaming dump, the others by [`dispatch_workers`]).
+pub fn needs_workers(cmd: &Command) -> bool {
+    matches!(
+        cmd,
+        Command::ShowSess | Command::ShutdownSession(_) | Command::ShutdownSessionsServer(_)
+    )
+}
+
+/// Apply `shutdown session ID` / `shutdown sessions server B/S` (level already
+/// checked): the owning workers abort the flows' tasks, which closes both sockets.
+pub async fn dispatch_workers(ctx: &Ctx, cmd: Command) -> Output {
+    use super::sessions;
+    use crate::stats::flows;
+    match cmd {
+        Command::ShutdownSession(word) => {
+            if word.is_empty() {
+                return Output::text(SESSION_POINTER_EXPECTED);
+            }
+            let Some(id) = sessions::parse_id(&word) else {
+                return Output::text(NO_SUCH_SESSION);
+            };
+            let Some(tid) = flows::thread_of(id) else {
+                return Output::text(NO_SUCH_SESSION);
+            };
+            let remotes = ctx.state.remotes();
+            let Some(remote) = remotes.iter().find(|r| r.thread_id() == tid) else {
+                return Output::text(NO_SUCH_SESSION);
+            };
+            if sessions::abort_where(remote, move |v| v.id == id).await == 0 {
+                return Output::text(NO_SUCH_SESSION);
+            }
+            Output::empty()
+        }
+        Command::ShutdownSessionsServer(target) => match find_server(ctx, &target) {
+            Err(msg) => Output::text(msg),
+            Ok((bi, si)) => {
+                for remote in ctx.state.remotes() {
+                    sessions::abort_where(&remote, move |v| v.be == Some(bi) && v.srv == Some(si))
+                        .await;
+                }
+                Output::empty()
+            }
+        },
+        _ => Output::empty(),
     }
 }
 
@@ -218,7 +271,14 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
         Command::ShowBackend => Output::Text(render::show_backend(ctx)),
         // The stats room has no reset yet: the command is accepted with HAProxy's
         // (empty) answer and its level checks, and the counters keep running.
-        Command::ClearCounters { .. } => Output::empty(),
+        Command::ClearCounters { all } => {
+            ctx.state.stats.clear(all);
+            Output::empty()
+        }
+        // Answered by `dispatch_workers` (the connection loop routes them there).
+        Command::ShowSess | Command::ShutdownSession(_) | Command::ShutdownSessionsServer(_) => {
+            Output::empty()
+        }
         Command::Bad { err, .. } => Output::Text(format!("{err}\n")),
         Command::Unknown(words) => Output::Text(render::unknown(&words)),
     }

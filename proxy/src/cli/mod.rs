@@ -26,6 +26,7 @@ pub mod command;
 pub mod dispatch;
 pub mod frame;
 pub mod render;
+pub mod sessions;
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -339,6 +340,35 @@ async fn send<S: AsyncWrite + Unpin>(ctx: &Ctx, stream: &mut S, out: &[u8]) -> s
     stream.write_all(out).await
 }
 
+/// `show sess`: every worker's flows, one line each, fetched a chunk at a time and
+/// written whenever [`frame::OUT_FLUSH`] bytes are pending, so memory stays bounded
+/// whatever the number of flows.
+async fn stream_sess<S: AsyncWrite + Unpin>(
+    ctx: &Ctx,
+    stream: &mut S,
+    out: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    use crate::stats::flows::GATHER_CHUNK;
+    for remote in ctx.state.remotes() {
+        let mut after = None;
+        loop {
+            let chunk = sessions::gather(&remote, after, GATHER_CHUNK).await;
+            for v in &chunk {
+                render::sess_line(ctx, v, out);
+                if out.len() >= frame::OUT_FLUSH {
+                    send(ctx, stream, out).await?;
+                    out.clear();
+                }
+            }
+            match chunk.last() {
+                Some(last) if chunk.len() == GATHER_CHUNK => after = Some(last.id),
+                _ => break,
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Drive one CLI connection until it closes. Generic over the stream so tests can use
 /// socket pairs.
 pub async fn serve_conn<S>(ctx: &Ctx, mut stream: S, mut sess: Session)
@@ -379,7 +409,18 @@ where
                     }
                     for req in reqs {
                         let cmd = command::parse(&req);
-                        let answer = dispatch::dispatch(ctx, &mut sess, cmd);
+                        let answer = if !dispatch::needs_workers(&cmd) {
+                            dispatch::dispatch(ctx, &mut sess, cmd)
+                        } else if !dispatch::allowed(sess.level, cmd.level()) {
+                            dispatch::Output::Text(dispatch::PERMISSION_DENIED.to_string())
+                        } else if matches!(cmd, command::Command::ShowSess) {
+                            if stream_sess(ctx, &mut stream, &mut out).await.is_err() {
+                                return;
+                            }
+                            dispatch::Output::Text(String::new())
+                        } else {
+                            dispatch::dispatch_workers(ctx, cmd).await
+                        };
                         if sess.quit {
                             // `quit` answers nothing, not even the empty line.
                             let _ = send(ctx, &mut stream, &out).await;

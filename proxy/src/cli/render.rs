@@ -1123,6 +1123,55 @@ pub fn show_backend(ctx: &Ctx) -> String {
     out
 }
 
+/// HAProxy's `human_time`: at most two units, `0s` for zero (`1s`, `2m3s`, `1h5m`, `3d2h`).
+pub fn human_time(secs: u64) -> String {
+    let mut out = String::new();
+    let mut units = 0;
+    let mut t = secs;
+    for (size, unit) in [(86_400, 'd'), (3_600, 'h'), (60, 'm')] {
+        if units < 2 && t >= size {
+            let _ = write!(out, "{}{unit}", t / size);
+            t %= size;
+            units += 1;
+        }
+    }
+    if units < 2 && (t > 0 || units == 0) {
+        let _ = write!(out, "{t}s");
+    }
+    out
+}
+
+/// One `show sess` line for a flow, in HAProxy 2.6's short format (stream fields a
+/// tcp flow does not have are left at HAProxy's idle values) plus ` fwd=MODE`
+/// (`sockmap`, `splice`, `copy`; `-` before forwarding starts).
+pub fn sess_line(ctx: &Ctx, v: &crate::stats::flows::FlowView, out: &mut Vec<u8>) {
+    let cfg = &ctx.state.config;
+    let fe = cfg
+        .frontends
+        .get(v.fe)
+        .map_or("<NONE>", |f| f.name.as_str());
+    let be_cfg = v.be.and_then(|b| cfg.backends.get(b));
+    let be = be_cfg.map_or("<NONE>", |b| b.name.as_str());
+    let srv = match (be_cfg, v.srv) {
+        (Some(b), Some(s)) => b.servers.get(s).map_or("<none>", |s| s.name.as_str()),
+        _ => "<none>",
+    };
+    let proto = if v.client.is_ipv4() { "tcpv4" } else { "tcpv6" };
+    let line = format!(
+        "0x{:x}: proto={proto} src={} fe={fe} be={be} srv={srv} ts=00 epoch=0 age={} \
+         calls=0 rate=0 cpu=0 lat=0 rq[f=0h,i=0,an=00h,rx=,wx=,ax=] \
+         rp[f=0h,i=0,an=00h,rx=,wx=,ax=] scf=[8,0h,fd={}] scb=[8,1h,fd={}] exp= rc=0 \
+         c_exp= fwd={}\n",
+        v.id,
+        v.client,
+        human_time(v.age_secs),
+        v.fd_client,
+        v.fd_server,
+        v.mode.unwrap_or("-"),
+    );
+    out.extend_from_slice(line.as_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1183,5 +1232,14 @@ mod tests {
         ));
         // `show stat` for a typo of it is among the proposals.
         assert!(unknown(&["show".into(), "stats".into()]).contains("  show stat "));
+    }
+
+    #[test]
+    fn human_time_keeps_two_units() {
+        assert_eq!(super::human_time(0), "0s");
+        assert_eq!(super::human_time(59), "59s");
+        assert_eq!(super::human_time(125), "2m5s");
+        assert_eq!(super::human_time(3_600), "1h");
+        assert_eq!(super::human_time(90_061), "1d1h");
     }
 }

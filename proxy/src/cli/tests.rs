@@ -104,6 +104,7 @@ fn make_ctx(config: Config) -> (Ctx, watch::Sender<Phase>) {
         conns: AtomicUsize::new(0),
         conn_released: Notify::new(),
         phase: rx,
+        remotes: std::sync::Mutex::new(Vec::new()),
     });
     (Ctx::new(state), tx)
 }

@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use crate::config::Config;
 
+pub mod flows;
+
 /// The event counters of one shard. Field names follow `show stat` columns.
 #[derive(Debug, Default)]
 #[repr(align(64))]
@@ -127,6 +129,35 @@ impl Counters {
         self.scur.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// `clear counters`: maxima restart from the current values.
+    pub fn clear_max(&self) {
+        self.smax
+            .store(self.scur.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// `clear counters all`: every cumulative counter back to zero, maxima to the
+    /// current values (gauges such as `scur` are state, not counters, and stay).
+    pub fn clear_all(&self) {
+        for sh in self.shards.iter() {
+            for a in [
+                &sh.stot,
+                &sh.bin,
+                &sh.bout,
+                &sh.econ,
+                &sh.eresp,
+                &sh.wretr,
+                &sh.wredis,
+                &sh.dcon,
+                &sh.etimeout,
+                &sh.cli_abrt,
+                &sh.srv_abrt,
+            ] {
+                a.store(0, Ordering::Relaxed);
+            }
+        }
+        self.clear_max();
+    }
+
     pub fn scur(&self) -> usize {
         self.scur.load(Ordering::Relaxed)
     }
@@ -186,6 +217,27 @@ impl Stats {
     }
 }
 
+impl Stats {
+    fn all(&self) -> impl Iterator<Item = &Counters> {
+        self.frontends
+            .iter()
+            .chain(self.backends.iter())
+            .chain(self.servers.iter().flatten())
+    }
+
+    /// HAProxy's `clear counters` (`all == false`: maxima only) and
+    /// `clear counters all` (every counter).
+    pub fn clear(&self, all: bool) {
+        for c in self.all() {
+            if all {
+                c.clear_all();
+            } else {
+                c.clear_max();
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,5 +254,21 @@ mod tests {
         let s = c.snapshot();
         assert_eq!((s.bin, s.bout, s.stot), (10, 3, 1));
         assert_eq!((s.scur, s.smax), (1, 2));
+    }
+
+    #[test]
+    fn clear_max_keeps_totals_and_clear_all_zeroes_them() {
+        let c = Counters::new(2);
+        c.add_in(5);
+        c.event(Event::Retry);
+        c.open();
+        c.open();
+        c.close();
+        c.clear_max();
+        let s = c.snapshot();
+        assert_eq!((s.bin, s.wretr, s.scur, s.smax), (5, 1, 1, 1));
+        c.clear_all();
+        let s = c.snapshot();
+        assert_eq!((s.bin, s.wretr, s.stot, s.scur, s.smax), (0, 0, 0, 1, 1));
     }
 }
