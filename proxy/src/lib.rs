@@ -15,5 +15,6 @@ pub mod lb;
 pub mod maps;
 pub mod scheduler;
 pub mod session;
+pub mod sni;
 pub mod stats;
 pub mod sys;

@@ -64,21 +64,82 @@ impl Meter for FlowMeter<'_> {
 ///   value names, else the one DEFAULT names; a value that names no backend (or no match
 ///   and no DEFAULT) ends the rules and `default_backend` applies.
 ///
+/// - `use_backend %[req.ssl_sni,map(FILE[,DEFAULT])]` / `map_dom` → the same with the
+///   TLS server name, read by peeking at the client's ClientHello ([`peek_sni`]); an
+///   absent, malformed or late (after `tcp-request inspect-delay`) hello takes DEFAULT.
+///
 /// No rule → `default_backend`. The map lookup is one lock-free load and a hash probe
-/// per prefix length in use (`maps/table.rs`).
-fn route(state: &State, fe: &Frontend, peer: SocketAddr) -> Option<usize> {
-    match fe.use_backends.first() {
-        None => fe.default_backend,
-        Some(UseBackend::Static(be)) => Some(*be),
+/// per prefix length in use, or per label for `map_dom` (`maps/table.rs`).
+async fn route(
+    state: &State,
+    fe: &Frontend,
+    peer: SocketAddr,
+    client: &TcpStream,
+) -> Option<usize> {
+    let found = match fe.use_backends.first() {
+        None => return fe.default_backend,
+        Some(UseBackend::Static(be)) => return Some(*be),
         Some(UseBackend::SrcMap {
             map,
             default_target,
             ..
-        }) => match state.maps.route(*map, peer.ip()) {
-            Some(target) => target,
-            None => *default_target,
+        }) => state.maps.route(*map, peer.ip()).unwrap_or(*default_target),
+        Some(UseBackend::SniMap {
+            map,
+            dom,
+            default_target,
+            ..
+        }) => match peek_sni(client, fe.timeouts.inspect_delay).await {
+            Some(name) => state.maps.route_name(*map, &name, *dom),
+            None => None,
         }
-        .or(fe.default_backend),
+        .unwrap_or(*default_target),
+    };
+    found.or(fe.default_backend)
+}
+
+/// Peek buffer for the ClientHello: one full TLS record with its header.
+const SNI_PEEK_MAX: usize = crate::sni::MAX_HELLO_BYTES;
+/// Pause between two peeks while a ClientHello is partly there: a socket with queued
+/// bytes stays readable, so waiting for *more* bytes without consuming them is a poll.
+/// Only split hellos (rare: one fits a segment) pay it, and never past inspect-delay.
+const SNI_REPEEK_PAUSE: Duration = Duration::from_millis(5);
+
+/// The server name of the ClientHello the client sent, without consuming any byte (the
+/// hello is forwarded as sent). Waits for bytes while the hello is incomplete, up to
+/// `delay` from now; `None` (no delay) judges only what has already arrived. `None` when
+/// the hello is absent, malformed, has no name, or is late.
+async fn peek_sni(client: &TcpStream, delay: Option<Duration>) -> Option<String> {
+    use crate::sni::{parse_sni, SniError};
+    let deadline = tokio::time::Instant::now() + delay.unwrap_or(Duration::ZERO);
+    let mut buf = vec![0u8; SNI_PEEK_MAX];
+    loop {
+        // `timeout_at` polls the peek before the deadline, so bytes already queued are
+        // judged even with no delay.
+        let n = match tokio::time::timeout_at(deadline, client.peek(&mut buf)).await {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "peek for TLS ClientHello failed");
+                return None;
+            }
+            Err(_) => {
+                tracing::debug!("no TLS ClientHello within inspect-delay");
+                return None;
+            }
+        };
+        match parse_sni(&buf[..n]) {
+            Ok(name) => return name,
+            Err(SniError::Malformed) => return None,
+            // Closed mid-hello, or a hello larger than the bound.
+            Err(SniError::NeedMore) if n == 0 || n == SNI_PEEK_MAX => return None,
+            Err(SniError::NeedMore) => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::debug!(have = n, "incomplete TLS ClientHello at inspect-delay");
+            return None;
+        }
+        tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + SNI_REPEEK_PAUSE))
+            .await;
     }
 }
 
@@ -145,7 +206,7 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
     fe_ctr.event(Event::Session);
     let _fe_open = Open::new(fe_ctr);
 
-    let Some(be_idx) = route(&state, fe, peer) else {
+    let Some(be_idx) = route(&state, fe, peer, &client).await else {
         tracing::debug!(frontend = %fe.name, %peer, "no backend to route to; closing");
         fe_ctr.event(Event::Denied);
         return;

@@ -953,16 +953,13 @@ pub fn show_map(table: &Table) -> String {
 /// `get map MAP VALUE`: VALUE looked up as a flow's address would be (a value that is
 /// not an address matches nothing, as HAProxy's failed cast).
 pub fn get_map(table: &Table, value: &str) -> String {
-    let hit = value
-        .parse::<std::net::IpAddr>()
-        .ok()
-        .and_then(|ip| table.lookup(ip));
-    match hit {
+    let ty = table.kind().type_name();
+    match table.lookup_text(value) {
         Some(e) => format!(
-            "type=ip, case=sensitive, found=yes, idx=tree, key=\"{}\", value=\"{}\", type=\"str\"\n",
+            "type={ty}, case=sensitive, found=yes, idx=tree, key=\"{}\", value=\"{}\", type=\"str\"\n",
             e.key, e.value
         ),
-        None => "type=ip, case=sensitive, found=no\n".to_string(),
+        None => format!("type={ty}, case=sensitive, found=no\n"),
     }
 }
 

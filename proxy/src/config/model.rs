@@ -144,6 +144,10 @@ pub struct Timeouts {
     pub queue: Option<Duration>,
     /// `timeout check`: extra read timeout of a health check once connected.
     pub check: Option<Duration>,
+    /// `tcp-request inspect-delay`: how long a frontend waits for the TLS ClientHello
+    /// an SNI rule reads. `None` (the default) = do not wait: whatever has arrived
+    /// when the flow is accepted decides.
+    pub inspect_delay: Option<Duration>,
 }
 
 /// Which splice options a proxy carries (`option splice-auto|splice-request|splice-response`).
@@ -267,6 +271,16 @@ pub enum UseBackend {
         /// The backend `default` names, when one does.
         default_target: Option<usize>,
     },
+    /// `use_backend %[req.ssl_sni,map(FILE[,DEFAULT])]` (exact) or `map_dom` (`dom`:
+    /// the key is the name or a dot-separated suffix of it): the TLS server name
+    /// looked up in string map `map`. A missing or malformed ClientHello takes
+    /// the default.
+    SniMap {
+        map: usize,
+        dom: bool,
+        default: Option<String>,
+        default_target: Option<usize>,
+    },
 }
 
 impl UseBackend {
@@ -274,7 +288,8 @@ impl UseBackend {
     pub fn static_target(&self) -> Option<usize> {
         match self {
             UseBackend::Static(i) => Some(*i),
-            UseBackend::SrcMap { default_target, .. } => *default_target,
+            UseBackend::SrcMap { default_target, .. }
+            | UseBackend::SniMap { default_target, .. } => *default_target,
         }
     }
 }
@@ -302,5 +317,20 @@ pub struct Config {
 impl Config {
     pub fn backend_by_name(&self, name: &str) -> Option<usize> {
         self.backends.iter().position(|b| b.name == name)
+    }
+
+    /// The key kind of map `id`: strings when an SNI rule uses it, else IP (validation
+    /// refuses a file used both ways).
+    pub fn map_kind(&self, id: usize) -> crate::maps::MapKind {
+        let by_name = self
+            .frontends
+            .iter()
+            .flat_map(|f| f.use_backends.iter())
+            .any(|u| matches!(u, UseBackend::SniMap { map, .. } if *map == id));
+        if by_name {
+            crate::maps::MapKind::Str
+        } else {
+            crate::maps::MapKind::Ip
+        }
     }
 }

@@ -173,31 +173,52 @@ pub enum UseBackendDraft {
         path: String,
         default: Option<String>,
     },
+    /// `%[req.ssl_sni,map(PATH[,DEFAULT])]` or, with `dom`, `map_dom(…)`.
+    SniMap {
+        path: String,
+        default: Option<String>,
+        dom: bool,
+    },
 }
 
-/// The one log-format expression shunt evaluates for a backend name.
-const SRC_MAP_IP: &str = "%[src,map_ip(";
+/// The log-format expressions shunt evaluates for a backend name: prefix, converter
+/// name, and the draft kind (`None` = `map_ip`, `Some(dom)` = SNI `map`/`map_dom`).
+/// `lower,` is accepted before the SNI converters because names are compared in
+/// lower case anyway.
+const DYNAMIC_NAMES: &[(&str, &str, Option<bool>)] = &[
+    ("%[src,map_ip(", "map_ip", None),
+    ("%[req.ssl_sni,map(", "map", Some(false)),
+    ("%[req.ssl_sni,map_dom(", "map_dom", Some(true)),
+    ("%[req.ssl_sni,lower,map(", "map", Some(false)),
+    ("%[req.ssl_sni,lower,map_dom(", "map_dom", Some(true)),
+];
 
-/// Parse a `use_backend` argument: a plain name, or `%[src,map_ip(FILE[,DEFAULT])]`.
+/// Parse a `use_backend` argument: a plain name, `%[src,map_ip(FILE[,DEFAULT])]`,
+/// `%[req.ssl_sni,map(FILE[,DEFAULT])]` or `%[req.ssl_sni,map_dom(FILE[,DEFAULT])]`.
 pub fn parse_use_backend(arg: &str) -> Result<UseBackendDraft, String> {
     if !arg.contains("%[") {
         return Ok(UseBackendDraft::Name(arg.to_string()));
     }
     let unsupported = || {
         format!(
-            "'use_backend' : unsupported dynamic backend name '{arg}' (shunt supports only '%[src,map_ip(<file>[,<default>])]')."
+            "'use_backend' : unsupported dynamic backend name '{arg}' (shunt supports only '%[src,map_ip(<file>[,<default>])]', '%[req.ssl_sni,map(<file>[,<default>])]' and '%[req.ssl_sni,map_dom(<file>[,<default>])]')."
         )
     };
-    let inner = arg
-        .strip_prefix(SRC_MAP_IP)
-        .and_then(|r| r.strip_suffix(")]"))
+    let (inner, conv, sni) = DYNAMIC_NAMES
+        .iter()
+        .find_map(|(prefix, conv, sni)| {
+            let inner = arg.strip_prefix(prefix)?.strip_suffix(")]")?;
+            Some((inner, *conv, *sni))
+        })
         .ok_or_else(unsupported)?;
     let (path, default) = match inner.split_once(',') {
         Some((p, d)) => (p, Some(d)),
         None => (inner, None),
     };
     if path.is_empty() {
-        return Err("'use_backend' : converter 'map_ip' : missing map file name.".to_string());
+        return Err(format!(
+            "'use_backend' : converter '{conv}' : missing map file name."
+        ));
     }
     if default.is_some_and(|d| d.is_empty() || d.contains([',', '(', ')', '[', ']'])) {
         return Err(unsupported());
@@ -205,10 +226,56 @@ pub fn parse_use_backend(arg: &str) -> Result<UseBackendDraft, String> {
     if path.contains(['(', ')', '[', ']']) {
         return Err(unsupported());
     }
-    Ok(UseBackendDraft::SrcMap {
-        path: path.to_string(),
-        default: default.map(str::to_string),
+    let path = path.to_string();
+    let default = default.map(str::to_string);
+    Ok(match sni {
+        None => UseBackendDraft::SrcMap { path, default },
+        Some(dom) => UseBackendDraft::SniMap { path, default, dom },
     })
+}
+
+/// The one `tcp-request content` rule shunt accepts, as the words the lexer yields:
+/// the TLS wait idiom HAProxy configurations carry next to SNI routing. shunt's SNI
+/// rules already wait (up to `inspect-delay`) for a ClientHello, so it is a no-op.
+const ACCEPT_HELLO: &[&[&str]] = &[
+    &["accept", "if", "{", "req_ssl_hello_type", "1", "}"],
+    &["accept", "if", "{", "req.ssl_hello_type", "1", "}"],
+];
+
+/// `tcp-request inspect-delay <time>` and the no-op
+/// `tcp-request content accept if { req_ssl_hello_type 1 }`; anything else is refused.
+fn tcp_request_line(d: &mut ProxyDraft, args: &[String]) -> Result<(), String> {
+    match args.get(1).map(String::as_str) {
+        Some("inspect-delay") => {
+            let v = args.get(2).ok_or_else(|| {
+                "'tcp-request inspect-delay' expects a positive delay in milliseconds.".to_string()
+            })?;
+            let t = parse_time(v).map_err(|e| format!("{e} in 'tcp-request inspect-delay'"))?;
+            no_extra(args, 3, "tcp-request inspect-delay")?;
+            d.timeouts.inspect_delay = (!t.is_zero()).then_some(t);
+            Ok(())
+        }
+        Some("content") => {
+            let rest: Vec<&str> = args[2..].iter().map(String::as_str).collect();
+            if ACCEPT_HELLO.contains(&rest.as_slice()) {
+                return Ok(());
+            }
+            Err(format!(
+                "'tcp-request content {}' is not supported by shunt yet (only 'tcp-request content accept if {{ req_ssl_hello_type 1 }}' is accepted; ACLs come later).",
+                rest.join(" ")
+            ))
+        }
+        Some(sub @ ("connection" | "session")) => Err(format!(
+            "'tcp-request {sub}' is not supported by shunt yet (ACLs come later)."
+        )),
+        Some(sub) => Err(format!(
+            "'tcp-request' expects 'inspect-delay', 'connection', 'session' or 'content', got '{sub}'."
+        )),
+        None => Err(
+            "'tcp-request' expects 'inspect-delay', 'connection', 'session' or 'content'."
+                .to_string(),
+        ),
+    }
 }
 
 enum Section {
@@ -283,6 +350,7 @@ const PROXY_KEYWORDS: &[(&str, u8)] = &[
     ("server", BE),
     ("default-server", DEF | BE),
     ("timeout", ALL),
+    ("tcp-request", DEF | FE),
     ("retries", DEF | BE),
     ("option", ALL),
     ("log", ALL),
@@ -308,7 +376,7 @@ const HTTP_ONLY_KEYWORDS: &[&str] = &[
 ];
 
 /// HAProxy proxy keywords that need ACLs, which shunt does not have yet.
-const ACL_KEYWORDS: &[&str] = &["acl", "tcp-request", "tcp-response", "stick", "stick-table"];
+const ACL_KEYWORDS: &[&str] = &["acl", "tcp-response", "stick", "stick-table"];
 
 const SERVER_KEYWORDS: &[&str] = &[
     "addr",
@@ -1063,6 +1131,7 @@ fn proxy_line(
             no_extra(args, 2, kw)
         }
         "timeout" => timeout_line(d, args, loc, warnings),
+        "tcp-request" => tcp_request_line(d, args),
         "option" => option_line(d, &args[1..], false),
         "no" => match val {
             Some("option") => option_line(d, &args[2..], true),

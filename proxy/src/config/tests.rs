@@ -1385,11 +1385,11 @@ fn use_backend_map_errors_name_file_and_line() {
         format!("parsing [t.cfg:8] : error detected in frontend 'fe' while parsing 'use_backend' rule : map_ip: 'k' is not a valid IPv4 or IPv6 address at line 3 of file '{m}'.")
     );
     let e = err1(&format!(
-        "{DEFAULTS}frontend fe\n bind :8080\n use_backend %[req.ssl_sni,map(/x.map)]\n"
+        "{DEFAULTS}frontend fe\n bind :8080\n use_backend %[req.ssl_sni,map_reg(/x.map)]\n"
     ));
     assert_eq!(
         e,
-        "parsing [t.cfg:8] : 'use_backend' : unsupported dynamic backend name '%[req.ssl_sni,map(/x.map)]' (shunt supports only '%[src,map_ip(<file>[,<default>])]')."
+        "parsing [t.cfg:8] : 'use_backend' : unsupported dynamic backend name '%[req.ssl_sni,map_reg(/x.map)]' (shunt supports only '%[src,map_ip(<file>[,<default>])]', '%[req.ssl_sni,map(<file>[,<default>])]' and '%[req.ssl_sni,map_dom(<file>[,<default>])]')."
     );
     let e = err1(&format!(
         "{DEFAULTS}frontend fe\n bind :8080\n use_backend %[src,map_ip()]\n"
@@ -1397,5 +1397,101 @@ fn use_backend_map_errors_name_file_and_line() {
     assert_eq!(
         e,
         "parsing [t.cfg:8] : 'use_backend' : converter 'map_ip' : missing map file name."
+    );
+}
+
+#[test]
+fn use_backend_sni_maps_and_inspect_delay() {
+    let m1 = map_file("sni1", "Example.COM a\nb.test b\n");
+    let c = okd(&format!(
+        "defaults\n mode tcp\n tcp-request inspect-delay 2s\n\
+         frontend fe\n bind 127.0.0.1:8080\n tcp-request content accept if {{ req_ssl_hello_type 1 }}\n use_backend %[req.ssl_sni,map_dom({m1},b)]\n\
+         frontend fe2\n bind 127.0.0.1:8081\n tcp-request inspect-delay 0\n use_backend %[req.ssl_sni,lower,map({m1})]\n\
+         backend a\nbackend b\n"
+    ));
+    assert_eq!(c.maps.len(), 1, "one file, one map");
+    assert_eq!(c.map_kind(0), crate::maps::MapKind::Str);
+    // String keys are kept lower-cased.
+    assert_eq!(
+        c.maps[0].entries[0].pattern,
+        crate::maps::MapKey::string("example.com")
+    );
+    assert_eq!(c.maps[0].entries[0].key, "Example.COM");
+    assert_eq!(
+        c.frontends[0].use_backends,
+        [UseBackend::SniMap {
+            map: 0,
+            dom: true,
+            default: Some("b".into()),
+            default_target: c.backend_by_name("b"),
+        }]
+    );
+    assert!(matches!(
+        c.frontends[1].use_backends[..],
+        [UseBackend::SniMap {
+            map: 0,
+            dom: false,
+            default: None,
+            ..
+        }]
+    ));
+    // Inherited from defaults; `0` = do not wait.
+    assert_eq!(
+        c.frontends[0].timeouts.inspect_delay,
+        Some(Duration::from_secs(2))
+    );
+    assert_eq!(c.frontends[1].timeouts.inspect_delay, None);
+}
+
+#[test]
+fn tcp_request_errors() {
+    let cases: &[(&str, &str)] = &[
+        ("tcp-request inspect-delay", "'tcp-request inspect-delay' expects a positive delay in milliseconds."),
+        ("tcp-request inspect-delay 5s x", "'tcp-request inspect-delay' cannot handle unexpected argument 'x'."),
+        ("tcp-request content reject", "'tcp-request content reject' is not supported by shunt yet (only 'tcp-request content accept if { req_ssl_hello_type 1 }' is accepted; ACLs come later)."),
+        ("tcp-request content accept if { req_ssl_hello_type 2 }", "'tcp-request content accept if { req_ssl_hello_type 2 }' is not supported by shunt yet (only 'tcp-request content accept if { req_ssl_hello_type 1 }' is accepted; ACLs come later)."),
+        ("tcp-request connection reject", "'tcp-request connection' is not supported by shunt yet (ACLs come later)."),
+        ("tcp-request foo", "'tcp-request' expects 'inspect-delay', 'connection', 'session' or 'content', got 'foo'."),
+        ("tcp-request", "'tcp-request' expects 'inspect-delay', 'connection', 'session' or 'content'."),
+    ];
+    for (line, msg) in cases {
+        assert_eq!(
+            err1(&format!(
+                "{DEFAULTS}frontend fe\n bind :8080\n {line}\n default_backend b\nbackend b\n"
+            )),
+            format!("parsing [t.cfg:8] : {msg}"),
+            "line: {line}"
+        );
+    }
+    let e = err1(&format!(
+        "{DEFAULTS}frontend fe\n bind :8080\n tcp-request inspect-delay x\n"
+    ));
+    assert!(
+        e.starts_with("parsing [t.cfg:8] : ") && e.ends_with("in 'tcp-request inspect-delay'"),
+        "{e}"
+    );
+    let e = err1(&format!(
+        "{DEFAULTS}backend b\n tcp-request inspect-delay 1s\n"
+    ));
+    assert_eq!(e, "parsing [t.cfg:7] : 'tcp-request' not allowed because backend 'b' has no frontend capability.");
+}
+
+#[test]
+fn a_map_file_holds_one_kind_of_key() {
+    let m = map_file("mixed", "10.0.0.1 a\n");
+    let e = err1(&format!(
+        "{DEFAULTS}frontend fe\n bind :8080\n use_backend %[src,map_ip({m})]\n\
+         frontend fe2\n bind :8081\n use_backend %[req.ssl_sni,map_dom({m})]\nbackend a\n"
+    ));
+    assert_eq!(
+        e,
+        format!("parsing [t.cfg:11] : error detected in frontend 'fe2' while parsing 'use_backend' rule : map_dom: map file '{m}' is already used with ip keys at [t.cfg:8] (a map file holds one kind of key).")
+    );
+    let e = err1(&format!(
+        "{DEFAULTS}frontend fe\n bind :8080\n use_backend %[req.ssl_sni,map()]\n"
+    ));
+    assert_eq!(
+        e,
+        "parsing [t.cfg:8] : 'use_backend' : converter 'map' : missing map file name."
     );
 }

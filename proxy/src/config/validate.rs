@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use super::model::*;
 use super::parser::{Kind, Parser, ProxyDraft, UseBackendDraft};
 use super::{ConfigError, Loaded};
+use crate::maps::MapKind;
 
 pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
     let mut errors = p.errors;
@@ -36,6 +37,8 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
     let find = |name: &str| backends.iter().position(|b: &Backend| b.name == name);
 
     let mut maps: Vec<MapSource> = Vec::new();
+    // The key kind of each entry of `maps`.
+    let mut kinds: Vec<MapKind> = Vec::new();
     let mut frontends = Vec::new();
     let mut bound: HashMap<SocketAddr, (String, Location)> = HashMap::new();
     for (i, d) in proxies.iter().enumerate() {
@@ -91,9 +94,23 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
                     // Resolved at run time, as HAProxy does: a value (or default) that
                     // names no backend falls back to `default_backend`.
                     let default_target = default.as_deref().and_then(find);
-                    match load_map(&mut maps, path, loc, d) {
+                    let want = (MapKind::Ip, "map_ip");
+                    match load_map(&mut maps, &mut kinds, path, want, loc, d) {
                         Ok(map) => use_backends.push(UseBackend::SrcMap {
                             map,
+                            default: default.clone(),
+                            default_target,
+                        }),
+                        Err(e) => map_errors.push(e),
+                    }
+                }
+                UseBackendDraft::SniMap { path, default, dom } => {
+                    let default_target = default.as_deref().and_then(find);
+                    let want = (MapKind::Str, if *dom { "map_dom" } else { "map" });
+                    match load_map(&mut maps, &mut kinds, path, want, loc, d) {
+                        Ok(map) => use_backends.push(UseBackend::SniMap {
+                            map,
+                            dom: *dom,
                             default: default.clone(),
                             default_target,
                         }),
@@ -223,23 +240,38 @@ fn make_backend(d: &ProxyDraft, id: u32, errors: &mut Vec<ConfigError>) -> Backe
 
 /// The index of map file `path` in `maps`, loading it on first use (one map per file,
 /// ids in load order, as HAProxy shares one pattern reference per file).
+///
+/// `want` is the key kind the rule's converter reads and the converter's name. A file
+/// read both as `map_ip` and as a string map is refused: its keys cannot be both.
 fn load_map(
     maps: &mut Vec<MapSource>,
+    kinds: &mut Vec<MapKind>,
     path: &str,
+    want: (MapKind, &str),
     at: &Location,
     proxy: &ProxyDraft,
 ) -> Result<usize, ConfigError> {
-    if let Some(i) = maps.iter().position(|m| m.path == path) {
-        return Ok(i);
-    }
-    let entries = crate::maps::load_file(path).map_err(|e| ConfigError::Parse {
+    let (kind, conv) = want;
+    let rule_error = |msg: String| ConfigError::Parse {
         at: at.clone(),
         msg: format!(
-            "error detected in {} '{}' while parsing 'use_backend' rule : map_ip: {e}.",
+            "error detected in {} '{}' while parsing 'use_backend' rule : {conv}: {msg}.",
             proxy.kind.type_str(),
             proxy.name
         ),
-    })?;
+    };
+    if let Some(i) = maps.iter().position(|m| m.path == path) {
+        if kinds[i] != kind {
+            return Err(rule_error(format!(
+                "map file '{path}' is already used with {} keys at [{}] (a map file holds one kind of key)",
+                kinds[i].type_name(),
+                maps[i].used_at
+            )));
+        }
+        return Ok(i);
+    }
+    let entries = crate::maps::load_file(path, kind).map_err(|e| rule_error(e.to_string()))?;
+    kinds.push(kind);
     maps.push(MapSource {
         path: path.to_string(),
         used_at: at.clone(),

@@ -1,5 +1,9 @@
-//! Maps: files of `key value` lines that route flows (`use_backend %[src,map_ip(FILE)]`)
-//! and that the CLI edits at run time.
+//! Maps: files of `key value` lines that route flows (`use_backend %[src,map_ip(FILE)]`,
+//! `use_backend %[req.ssl_sni,map(FILE)]` / `map_dom`) and that the CLI edits at run time.
+//!
+//! A map's kind ([`MapKind`]: IP or string keys) is fixed by the rules that use it; the
+//! configuration refuses a file used as both. Every key the CLI sends is read as that
+//! kind (`key.rs`).
 //!
 //! Owns the map file format (HAProxy's: one `key value` per line, blank lines and lines
 //! starting with `#` ignored, the value is the rest of the line), the registry of loaded
@@ -22,6 +26,7 @@
 //! visible to flows at the latest when its acknowledgement leaves the process, and
 //! no staged change outlives its guard. Without a guard every change publishes at once.
 
+pub mod key;
 pub mod net;
 pub mod table;
 
@@ -37,6 +42,7 @@ use arc_swap::ArcSwap;
 
 use crate::config::{Config, MapSource};
 
+pub use key::{MapKey, MapKind};
 pub use net::{BadIpKey, IpNet};
 pub use table::{Entry, Table};
 
@@ -51,7 +57,8 @@ pub const PUBLISH_EVERY: usize = 64 * 1024;
 /// One line of a map file, its key already checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileEntry {
-    pub net: IpNet,
+    /// The key, normalised.
+    pub pattern: MapKey,
     pub key: String,
     pub value: String,
 }
@@ -85,12 +92,12 @@ pub enum MapError {
     MissingValue(String),
 }
 
-/// Read and check a `map_ip` file.
-pub fn load_file(path: &str) -> Result<Vec<FileEntry>, MapFileError> {
+/// Read and check a map file whose keys are of kind `kind`.
+pub fn load_file(path: &str, kind: MapKind) -> Result<Vec<FileEntry>, MapFileError> {
     let text = std::fs::read(path).map_err(|_| MapFileError::Open {
         path: path.to_string(),
     })?;
-    parse_text(path, &String::from_utf8_lossy(&text))
+    parse_text_as(path, &String::from_utf8_lossy(&text), kind)
 }
 
 /// Split one map line into key and value: the key is the first word, the value the
@@ -107,18 +114,27 @@ pub fn split_entry(line: &str) -> Option<(&str, &str)> {
 
 /// Parse the text of a `map_ip` file named `path` (for messages).
 pub fn parse_text(path: &str, text: &str) -> Result<Vec<FileEntry>, MapFileError> {
+    parse_text_as(path, text, MapKind::Ip)
+}
+
+/// Parse the text of a map file named `path` whose keys are of kind `kind`.
+pub fn parse_text_as(
+    path: &str,
+    text: &str,
+    kind: MapKind,
+) -> Result<Vec<FileEntry>, MapFileError> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let Some((key, value)) = split_entry(line) else {
             continue;
         };
-        let net = IpNet::parse(key).map_err(|err| MapFileError::BadKey {
+        let pattern = MapKey::parse(kind, key).map_err(|err| MapFileError::BadKey {
             err,
             line: i + 1,
             path: path.to_string(),
         })?;
         out.push(FileEntry {
-            net,
+            pattern,
             key: key.to_string(),
             value: value.to_string(),
         });
@@ -131,6 +147,8 @@ pub fn parse_text(path: &str, text: &str) -> Result<Vec<FileEntry>, MapFileError
 pub struct MapRt {
     /// `#id` as `show map` lists it.
     pub id: usize,
+    /// What the keys are.
+    pub kind: MapKind,
     /// The file name, as written in the configuration.
     pub path: String,
     /// Where the configuration first uses it, for `show map`.
@@ -244,20 +262,21 @@ impl Maps {
             deferring: AtomicUsize::new(0),
         };
         for (id, src) in config.maps.iter().enumerate() {
-            let rt = maps.build(id, src);
+            let rt = maps.build(id, src, config.map_kind(id));
             maps.maps.push(rt);
         }
         maps
     }
 
-    fn build(&self, id: usize, src: &MapSource) -> MapRt {
-        let mut table = Table::default();
+    fn build(&self, id: usize, src: &MapSource, kind: MapKind) -> MapRt {
+        let mut table = Table::new(kind);
         for e in &src.entries {
             let entry = self.entry(&e.key, &e.value);
-            table.add(e.net, entry);
+            table.add(&e.pattern, entry);
         }
         MapRt {
             id,
+            kind,
             path: src.path.clone(),
             used_file: src.used_at.file.clone(),
             used_line: src.used_at.line,
@@ -319,9 +338,22 @@ impl Maps {
         t.lookup(ip).map(|e| e.target)
     }
 
+    /// Route lookup by TLS server name in string map `id`: exact (`map`) or by domain
+    /// suffix (`map_dom`). Same answers as [`Maps::route`]. Lock-free.
+    pub fn route_name(&self, id: usize, name: &str, dom: bool) -> Option<Option<usize>> {
+        let map = self.maps.get(id)?;
+        let t = map.current.load();
+        let hit = if dom {
+            t.lookup_dom(name)
+        } else {
+            t.lookup_str(name)
+        };
+        hit.map(|e| e.target)
+    }
+
     /// `add map`: one entry.
     pub fn add(&self, map: &MapRt, key: &str, value: &str) -> Result<(), MapError> {
-        let net = IpNet::parse(key)?;
+        let net = MapKey::parse(map.kind, key)?;
         let entry = self.entry(key, value);
         map.update(self.deferred(), |t| t.add(net, entry));
         Ok(())
@@ -340,7 +372,7 @@ impl Maps {
                 err = Some(MapError::MissingValue(key.to_string()));
                 break;
             }
-            match IpNet::parse(key) {
+            match MapKey::parse(map.kind, key) {
                 Ok(net) => batch.push((net, self.entry(key, value))),
                 Err(e) => {
                     err = Some(e.into());
@@ -367,7 +399,7 @@ impl Maps {
                 .table()
                 .iter()
                 .find(|(_, e)| e.seq == seq)
-                .map(|(n, _)| n);
+                .map(|(n, _)| n.clone());
             let Some(net) = found else {
                 return Err(MapError::EntryNotFound);
             };
@@ -380,7 +412,7 @@ impl Maps {
                 }
             });
         }
-        let net = IpNet::parse(key).map_err(|_| MapError::EntryNotFound)?;
+        let net = MapKey::parse(map.kind, key).map_err(|_| MapError::EntryNotFound)?;
         map.update(self.deferred(), |t| {
             if t.set(&net, &value, target) {
                 Ok(())
@@ -401,7 +433,7 @@ impl Maps {
                 }
             });
         }
-        let net = IpNet::parse(key).map_err(|_| MapError::KeyNotFound)?;
+        let net = MapKey::parse(map.kind, key).map_err(|_| MapError::KeyNotFound)?;
         map.update(self.deferred(), |t| {
             if t.remove(&net) {
                 Ok(())
@@ -413,7 +445,7 @@ impl Maps {
 
     /// `clear map`: remove every entry.
     pub fn clear(&self, map: &MapRt) {
-        map.update(self.deferred(), |t| *t = Table::default());
+        map.update(self.deferred(), |t| *t = Table::new(map.kind));
     }
 }
 

@@ -1,4 +1,5 @@
-//! One version of an IP map: a persistent, sharded hash table with longest-prefix match.
+//! One version of a map: a persistent, sharded hash table with longest-prefix match
+//! (IP keys) and exact and domain-suffix match (string keys).
 //!
 //! Owns the entries of a map version and the longest-prefix lookup the flow path runs.
 //!
@@ -16,6 +17,10 @@
 //! shortest. A lookup therefore costs one hash probe per distinct prefix length in use
 //! (typically one to a handful), independent of the number of entries.
 //!
+//! String keys (`map`, `map_dom`): an exact lookup is one probe; a domain lookup probes
+//! the whole name, then each suffix that follows a dot (`a.b.c`, `b.c`, `c`), so it
+//! costs one probe per label.
+//!
 //! Duplicates: as in HAProxy, `add map` with a key already present adds a second entry
 //! (shown by `show map`); lookups return the oldest one; `set map` changes all of them and
 //! `del map` removes all of them.
@@ -28,10 +33,13 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use super::key::{MapKey, MapKind};
 use super::net::{IpNet, V4_BITS, V6_BITS};
 
 /// Bits of the key hash consumed per radix level.
 const FANOUT_BITS: u32 = 6;
+/// Most labels a domain lookup probes (a DNS name has at most 127).
+const MAX_LABELS: usize = 128;
 /// Children per radix node (64: a copied node is 512 bytes of pointers).
 pub const FANOUT: usize = 1 << FANOUT_BITS;
 
@@ -49,7 +57,7 @@ pub struct Entry {
 
 /// A key's entries sit behind an `Arc` so copying a leaf (path copy) costs one
 /// reference count per key, not one allocation per key.
-type Leaf = HashMap<IpNet, Arc<Vec<Entry>>>;
+type Leaf = HashMap<MapKey, Arc<Vec<Entry>>>;
 type Mid = [Arc<Leaf>; FANOUT];
 
 /// An immutable-once-published version of one map.
@@ -62,10 +70,19 @@ pub struct Table {
     lens_v6: Vec<u8>,
     /// Entries (not keys) held.
     entries: usize,
+    kind: MapKind,
 }
 
 impl Default for Table {
+    /// An empty IP map.
     fn default() -> Self {
+        Table::new(MapKind::Ip)
+    }
+}
+
+impl Table {
+    /// An empty map of this kind.
+    pub fn new(kind: MapKind) -> Self {
         let leaf = Arc::new(Leaf::new());
         let mid: Arc<Mid> = Arc::new(std::array::from_fn(|_| leaf.clone()));
         Table {
@@ -74,18 +91,21 @@ impl Default for Table {
             lens_v4: Vec::new(),
             lens_v6: Vec::new(),
             entries: 0,
+            kind,
         }
     }
 }
 
-fn count_slot(net: &IpNet) -> usize {
-    match net {
-        IpNet::V4 { len, .. } => usize::from(*len),
-        IpNet::V6 { len, .. } => 33 + usize::from(*len),
+/// The prefix-length counter of an IP key; string keys have none.
+fn count_slot(key: &MapKey) -> Option<usize> {
+    match key {
+        MapKey::Ip(IpNet::V4 { len, .. }) => Some(usize::from(*len)),
+        MapKey::Ip(IpNet::V6 { len, .. }) => Some(33 + usize::from(*len)),
+        MapKey::Str(_) => None,
     }
 }
 
-fn shard(net: &IpNet) -> (usize, usize) {
+fn shard(net: &MapKey) -> (usize, usize) {
     let h = net.shard_hash();
     let a = (h & (FANOUT as u64 - 1)) as usize;
     let b = ((h >> FANOUT_BITS) & (FANOUT as u64 - 1)) as usize;
@@ -93,6 +113,11 @@ fn shard(net: &IpNet) -> (usize, usize) {
 }
 
 impl Table {
+    /// What the keys are.
+    pub fn kind(&self) -> MapKind {
+        self.kind
+    }
+
     /// Entries held (duplicates counted), as `entry_cnt` shows.
     pub fn len(&self) -> usize {
         self.entries
@@ -102,19 +127,21 @@ impl Table {
         self.entries == 0
     }
 
-    fn leaf(&self, net: &IpNet) -> &Leaf {
+    fn leaf(&self, net: &MapKey) -> &Leaf {
         let (a, b) = shard(net);
         &self.root[a][b]
     }
 
-    fn leaf_mut(&mut self, net: &IpNet) -> &mut Leaf {
+    fn leaf_mut(&mut self, net: &MapKey) -> &mut Leaf {
         let (a, b) = shard(net);
         let mid = Arc::make_mut(&mut Arc::make_mut(&mut self.root)[a]);
         Arc::make_mut(&mut mid[b])
     }
 
-    fn key_added(&mut self, net: &IpNet) {
-        let slot = count_slot(net);
+    fn key_added(&mut self, net: &MapKey) {
+        let Some(slot) = count_slot(net) else {
+            return;
+        };
         let count = Arc::make_mut(&mut self.count);
         count[slot] += 1;
         if count[slot] == 1 {
@@ -122,8 +149,10 @@ impl Table {
         }
     }
 
-    fn key_removed(&mut self, net: &IpNet) {
-        let slot = count_slot(net);
+    fn key_removed(&mut self, net: &MapKey) {
+        let Some(slot) = count_slot(net) else {
+            return;
+        };
         let count = Arc::make_mut(&mut self.count);
         count[slot] = count[slot].saturating_sub(1);
         if count[slot] == 0 {
@@ -143,7 +172,8 @@ impl Table {
     }
 
     /// Add an entry (a duplicate key adds a second entry, as HAProxy does).
-    pub fn add(&mut self, net: IpNet, entry: Entry) {
+    pub fn add(&mut self, net: impl Into<MapKey>, entry: Entry) {
+        let net = net.into();
         let leaf = self.leaf_mut(&net);
         let new_key = match leaf.get_mut(&net) {
             Some(list) => {
@@ -151,7 +181,7 @@ impl Table {
                 false
             }
             None => {
-                leaf.insert(net, Arc::new(vec![entry]));
+                leaf.insert(net.clone(), Arc::new(vec![entry]));
                 true
             }
         };
@@ -162,7 +192,8 @@ impl Table {
     }
 
     /// Set the value (and target) of every entry of `net`. False when the key is absent.
-    pub fn set(&mut self, net: &IpNet, value: &Arc<str>, target: Option<usize>) -> bool {
+    pub fn set(&mut self, net: impl Into<MapKey>, value: &Arc<str>, target: Option<usize>) -> bool {
+        let net = &net.into();
         if !self.leaf(net).contains_key(net) {
             return false;
         }
@@ -176,7 +207,8 @@ impl Table {
     }
 
     /// Remove every entry of `net`. False when the key is absent.
-    pub fn remove(&mut self, net: &IpNet) -> bool {
+    pub fn remove(&mut self, net: impl Into<MapKey>) -> bool {
+        let net = &net.into();
         if !self.leaf(net).contains_key(net) {
             return false;
         }
@@ -188,7 +220,11 @@ impl Table {
 
     /// Remove the one entry with this `seq` (`del map MAP #<ref>`). False when absent.
     pub fn remove_seq(&mut self, seq: u64) -> bool {
-        let Some(net) = self.iter().find(|(_, e)| e.seq == seq).map(|(n, _)| n) else {
+        let Some(net) = self
+            .iter()
+            .find(|(_, e)| e.seq == seq)
+            .map(|(n, _)| n.clone())
+        else {
             return false;
         };
         let leaf = self.leaf_mut(&net);
@@ -207,13 +243,45 @@ impl Table {
     }
 
     /// The entry a key holds exactly (oldest of duplicates).
-    pub fn get_exact(&self, net: &IpNet) -> Option<&Entry> {
+    pub fn get_exact(&self, net: impl Into<MapKey>) -> Option<&Entry> {
+        let net = &net.into();
         self.leaf(net).get(net).and_then(|l| l.first())
+    }
+
+    /// `map`: the entry whose string key is exactly `name` (compared in lower case).
+    pub fn lookup_str(&self, name: &str) -> Option<&Entry> {
+        self.get_exact(MapKey::string(name))
+    }
+
+    /// `map_dom`: the entry whose string key is `name` or one of its dot-separated
+    /// suffixes, the longest first (`a.example.com`, `example.com`, `com`).
+    pub fn lookup_dom(&self, name: &str) -> Option<&Entry> {
+        let name = name.to_ascii_lowercase();
+        let mut rest = name.as_str();
+        for _ in 0..MAX_LABELS {
+            if rest.is_empty() {
+                return None;
+            }
+            if let Some(e) = self.get_exact(MapKey::Str(Arc::from(rest))) {
+                return Some(e);
+            }
+            rest = rest.split_once('.')?.1;
+        }
+        None
+    }
+
+    /// `get map` lookup of a CLI value: an address for IP maps, a string for string
+    /// maps (exact). A value that is not an address matches nothing in an IP map.
+    pub fn lookup_text(&self, value: &str) -> Option<&Entry> {
+        match self.kind {
+            MapKind::Ip => value.parse::<IpAddr>().ok().and_then(|ip| self.lookup(ip)),
+            MapKind::Str => self.lookup_str(value),
+        }
     }
 
     fn lpm(&self, addr: IpNet, lens: &[u8]) -> Option<&Entry> {
         lens.iter()
-            .find_map(|&len| self.get_exact(&addr.truncate(len)))
+            .find_map(|&len| self.get_exact(addr.truncate(len)))
     }
 
     /// Longest-prefix match of a client address, following HAProxy's family rules: an
@@ -235,12 +303,12 @@ impl Table {
     }
 
     /// Every (key, entry), in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (IpNet, &Entry)> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (&MapKey, &Entry)> + '_ {
         self.root
             .iter()
             .flat_map(|mid| mid.iter())
             .flat_map(|leaf| leaf.iter())
-            .flat_map(|(net, list)| list.iter().map(move |e| (*net, e)))
+            .flat_map(|(net, list)| list.iter().map(move |e| (net, e)))
     }
 
     /// Every entry in insertion order (as `show map` lists them).

@@ -80,7 +80,9 @@ fn map_file_format_comments_blank_lines_and_values_with_spaces() {
         "'nope' is not a valid IPv4 or IPv6 address at line 2 of file '/m/x.map'"
     );
     assert_eq!(
-        load_file("/nonexistent/shunt.map").unwrap_err().to_string(),
+        load_file("/nonexistent/shunt.map", MapKind::Ip)
+            .unwrap_err()
+            .to_string(),
         "failed to open pattern file </nonexistent/shunt.map>"
     );
 }
@@ -115,21 +117,21 @@ fn add_set_del_and_duplicates_follow_haproxy() {
     // The oldest of duplicates answers.
     assert_eq!(value_of(&t, "10.0.0.1").as_deref(), Some("a"));
     // `set` changes every entry of the key.
-    assert!(t.set(&net("10.0.0.1"), &Arc::from("c"), Some(3)));
+    assert!(t.set(net("10.0.0.1"), &Arc::from("c"), Some(3)));
     assert!(t.entries_in_order().iter().all(|e| &*e.value == "c"));
     assert_eq!(t.lookup(ip("10.0.0.1")).and_then(|e| e.target), Some(3));
-    assert!(!t.set(&net("10.0.0.2"), &Arc::from("x"), None));
+    assert!(!t.set(net("10.0.0.2"), &Arc::from("x"), None));
     // `remove_seq` removes one entry, `remove` the rest.
     assert!(t.remove_seq(0));
     assert_eq!(t.len(), 1);
     assert!(!t.remove_seq(0));
-    assert!(t.remove(&net("10.0.0.1")));
-    assert!(!t.remove(&net("10.0.0.1")));
+    assert!(t.remove(net("10.0.0.1")));
+    assert!(!t.remove(net("10.0.0.1")));
     assert!(t.is_empty());
     assert_eq!(value_of(&t, "10.0.0.1"), None);
     // Once its last /8 key is gone, that length is no longer probed.
     t.add(net("10.0.0.0/8"), entry(2, "10.0.0.0/8", "ten"));
-    assert!(t.remove(&net("10.0.0.0/8")));
+    assert!(t.remove(net("10.0.0.0/8")));
     assert_eq!(value_of(&t, "10.9.9.9"), None);
 }
 
@@ -142,8 +144,8 @@ fn versions_share_structure_and_old_versions_are_untouched() {
     }
     let mut v2 = v1.clone();
     v2.add(net("192.168.1.1"), entry(9999, "192.168.1.1", "new"));
-    assert!(v2.set(&net("10.0.0.7"), &Arc::from("changed"), None));
-    assert!(v2.remove(&net("10.0.0.8")));
+    assert!(v2.set(net("10.0.0.7"), &Arc::from("changed"), None));
+    assert!(v2.remove(net("10.0.0.8")));
     // The published version a flow holds is unchanged.
     assert_eq!(value_of(&v1, "10.0.0.7").as_deref(), Some("old"));
     assert_eq!(value_of(&v1, "10.0.0.8").as_deref(), Some("old"));
@@ -227,7 +229,7 @@ fn registry_resolves_names_routes_and_applies_changes() {
     assert_eq!(maps.route(0, ip("192.0.2.1")), Some(Some(0)));
 
     // Delete by the reference `show map` prints.
-    let e = m.table().get_exact(&net("192.0.2.0/24")).cloned().unwrap();
+    let e = m.table().get_exact(net("192.0.2.0/24")).cloned().unwrap();
     maps.del(m, &format!("#0x{:x}", entry_ptr(&e))).unwrap();
     assert_eq!(maps.route(0, ip("192.0.2.1")), None);
 
@@ -272,4 +274,37 @@ fn deferred_changes_publish_on_publish_read_or_guard_drop() {
     // Without a guard every change is published at once.
     maps.add(m, "10.0.0.3", "a").unwrap();
     assert_eq!(maps.route(0, ip("10.0.0.3")), Some(Some(0)));
+}
+
+#[test]
+fn string_maps_match_exactly_and_by_domain_suffix() {
+    let mut t = Table::new(MapKind::Str);
+    t.add(MapKey::string("Example.com"), entry(0, "Example.com", "ex"));
+    t.add(MapKey::string("b.test"), entry(1, "b.test", "b"));
+    let v = |e: Option<&Entry>| e.map(|e| e.value.to_string());
+    assert_eq!(v(t.lookup_str("EXAMPLE.com")), Some("ex".into()));
+    assert_eq!(v(t.lookup_str("a.example.com")), None, "map is exact");
+    assert_eq!(v(t.lookup_dom("a.b.example.com")), Some("ex".into()));
+    assert_eq!(v(t.lookup_dom("example.com")), Some("ex".into()));
+    assert_eq!(v(t.lookup_dom("badexample.com")), None, "labels, not bytes");
+    assert_eq!(v(t.lookup_dom("com")), None);
+    assert_eq!(v(t.lookup_dom("")), None);
+    assert_eq!(v(t.lookup_text("b.test")), Some("b".into()));
+    assert!(t.set(MapKey::string("B.TEST"), &Arc::from("c"), None));
+    assert_eq!(v(t.lookup_str("b.test")), Some("c".into()));
+    assert!(t.remove(MapKey::string("b.test")));
+    assert_eq!(t.len(), 1);
+    // An IP-looking key is just a string here.
+    t.add(MapKey::string("10.0.0.1"), entry(2, "10.0.0.1", "ip"));
+    assert_eq!(v(t.lookup_text("10.0.0.1")), Some("ip".into()));
+    assert_eq!(t.lookup("10.0.0.1".parse().unwrap()), None);
+}
+
+#[test]
+fn string_map_files_and_runtime_changes() {
+    let entries = parse_text_as("s.map", "# names\nA.test a\n10.0.0.1 b\n", MapKind::Str).unwrap();
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[1].pattern, MapKey::string("10.0.0.1"));
+    // The same text as an IP map fails on the name.
+    assert!(parse_text("s.map", "A.test a\n").is_err());
 }
