@@ -177,7 +177,7 @@ pub(crate) async fn forward_in(
     let end = {
         let c2s = direction(&flow, CLIENT_TO_SERVER, &client, &server, pending, up);
         let s2c = direction(&flow, SERVER_TO_CLIENT, &server, &client, Vec::new(), down);
-        drive(&flow, &timeouts, c2s, s2c).await
+        drive(&flow, &timeouts, c2s, s2c, &|| {}).await
     };
     if flow.fell_back.get() {
         used = Mode::Copy;
@@ -213,9 +213,9 @@ async fn forward_kernel(
     let end = {
         let c2s = sockmap::run(flow, &ins, CLIENT_TO_SERVER, client, server);
         let s2c = sockmap::run(flow, &ins, SERVER_TO_CLIENT, server, client);
-        drive(flow, &timeouts, c2s, s2c).await
+        drive(flow, &timeouts, c2s, s2c, &|| ins.account_all(flow)).await
     };
-    ins.account_final(flow);
+    ins.account_all(flow);
     if !matches!(end, End::Done) {
         ins.debug_state(client, server);
     }
@@ -281,11 +281,16 @@ async fn direction(
 
 /// Polls both directions and the inactivity deadline until both directions
 /// are done, one fails, or a side times out.
+///
+/// `refresh` brings activity seen elsewhere (the kernel's counters in sockmap
+/// mode) into `flow` before a timeout is declared, so a late poll of those
+/// counters can never expire an active flow.
 async fn drive(
     flow: &Flow<'_>,
     t: &FlowTimeouts,
     c2s: impl Future<Output = Result<(), DirError>>,
     s2c: impl Future<Output = Result<(), DirError>>,
+    refresh: &dyn Fn(),
 ) -> End {
     tokio::pin!(c2s);
     tokio::pin!(s2c);
@@ -321,6 +326,7 @@ async fn drive(
             },
             () = flow.shut_changed.notified() => {}
             () = sleep => {
+                refresh();
                 if let Some(end) = flow.expired(t, tokio::time::Instant::now()) {
                     return end;
                 }

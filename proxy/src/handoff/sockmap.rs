@@ -330,8 +330,9 @@ impl Inserted {
         }
     }
 
-    /// Final accounting once the maps are about to go.
-    pub fn account_final(&self, flow: &Flow<'_>) {
+    /// Account both directions (before a timeout is judged, and once more
+    /// before the maps go).
+    pub fn account_all(&self, flow: &Flow<'_>) {
         for dir in [super::flow::CLIENT_TO_SERVER, super::flow::SERVER_TO_CLIENT] {
             let _ = self.account(flow, dir);
         }
