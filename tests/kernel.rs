@@ -409,6 +409,12 @@ fn request_and_fin_before_insertion_is_served_by_the_fallback() {
         let back = read_to_end(&mut c).expect("reply");
         assert_eq!(back, req, "request {i} served with nothing lost");
     }
+    // Flows are counted when their session ends, just after the reply.
+    eventually(
+        "the last flow to be counted",
+        Duration::from_secs(10),
+        || info(&shunt, "CurrConns") == 0,
+    );
     assert!(
         info(&shunt, "SockmapFallbacks") >= 1,
         "some flows fell back"

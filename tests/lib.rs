@@ -470,6 +470,14 @@ pub fn forwarding_modes() -> Vec<&'static str> {
 /// Assert that flows of `shunt` were forwarded in `mode` and no other, and
 /// that the kernel path (if used) is loaded.
 pub fn assert_mode(sock: &Path, mode: &str) {
+    // A flow is counted when its session ends, just after its sockets close:
+    // wait (bounded) until no flow is open so the last one is counted.
+    let t0 = Instant::now();
+    while show_info(sock).get("CurrConns").map(String::as_str) != Some("0")
+        && t0.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let info = show_info(sock);
     let get = |k: &str| -> u64 { info.get(k).and_then(|v| v.parse().ok()).unwrap_or(0) };
     let (s, p, c) = (get("SockmapFlows"), get("SpliceFlows"), get("CopyFlows"));

@@ -46,6 +46,8 @@ pub enum DaemonError {
     },
     #[error("forward-mode sockmap: BPF unavailable ({0})")]
     BpfRequired(String),
+    #[error("cannot install the signal handlers: {0}")]
+    Signals(std::io::Error),
     #[error("cannot drop privileges: {0}")]
     Privileges(String),
     #[error(transparent)]
@@ -266,6 +268,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     let forward_mode = opts.forward_mode.unwrap_or(config.global.forward_mode);
     crate::handoff::init_pipes(config.global.pipesize, config.global.maxpipes);
 
+    let signals = Signals::install()?;
     let bpf_status = load_bpf(&config, forward_mode)?;
     let listeners = bind_all(&config, nbthread)?;
     // Stats sockets: bound before dropping privileges; files removed when this drops.
@@ -313,7 +316,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         threads.push(h);
     }
 
-    wait_for_signals(&phase_tx, &state, config.global.hard_stop_after);
+    wait_for_signals(signals, &phase_tx, &state, config.global.hard_stop_after);
     for t in threads {
         let _ = t.join();
     }
@@ -322,33 +325,53 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
 }
 
 /// Block the main thread on signals and drive the phase changes.
+/// The signals the daemon obeys, installed before anything announces that
+/// shunt started (a SIGUSR1 or SIGTERM sent right after "shunt started" must
+/// find the handlers in place, not the default action).
+struct Signals {
+    rt: tokio::runtime::Runtime,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Self, DaemonError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(DaemonError::Signals)?;
+        let (term, int, usr1) = {
+            let _guard = rt.enter();
+            (
+                signal(SignalKind::terminate()).map_err(DaemonError::Signals)?,
+                signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?,
+                signal(SignalKind::user_defined1()).map_err(DaemonError::Signals)?,
+            )
+        };
+        Ok(Self {
+            rt,
+            term,
+            int,
+            usr1,
+        })
+    }
+}
+
 fn wait_for_signals(
+    signals: Signals,
     phase: &watch::Sender<Phase>,
     state: &State,
     hard_stop_after: Option<Duration>,
 ) {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot build the signal runtime; stopping");
-            let _ = phase.send(Phase::HardStop);
-            return;
-        }
-    };
+    let Signals {
+        rt,
+        mut term,
+        mut int,
+        mut usr1,
+    } = signals;
     rt.block_on(async {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int), Ok(mut usr1)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::user_defined1()),
-        ) else {
-            tracing::error!("cannot install signal handlers; stopping");
-            let _ = phase.send(Phase::HardStop);
-            return;
-        };
         tokio::select! {
             _ = term.recv() => {
                 tracing::warn!("Proxy stopping (SIGTERM): closing listeners and flows");
