@@ -280,19 +280,16 @@ impl Server {
 
     /// An echo server: writes back everything, then closes after EOF.
     pub fn echo() -> Server {
-        Self::start(|mut s| {
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                match s.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if s.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                }
+        Self::start(|mut s| echo_until_eof(&mut s))
+    }
+
+    /// A server that first writes its tag byte, then echoes until EOF (tells
+    /// a test which server a flow reached).
+    pub fn tagged_echo(tag: u8) -> Server {
+        Self::start(move |mut s| {
+            if s.write_all(&[tag]).is_ok() {
+                echo_until_eof(&mut s);
             }
-            let _ = s.shutdown(Shutdown::Write);
         })
     }
 }
@@ -304,6 +301,22 @@ impl Drop for Server {
             let _ = t.join();
         }
     }
+}
+
+/// Write back everything read from `s`, then shut its write side after EOF.
+pub fn echo_until_eof(s: &mut TcpStream) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if s.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = s.shutdown(Shutdown::Write);
 }
 
 /// Connect with a bounded retry (shunt may be just starting).

@@ -14,26 +14,6 @@ use std::time::Duration;
 
 use shunt_tests::*;
 
-/// A server that first writes its tag byte, then echoes.
-fn tagged_echo(tag: u8) -> Server {
-    Server::start(move |mut s| {
-        if s.write_all(&[tag]).is_err() {
-            return;
-        }
-        let mut buf = [0u8; 1024];
-        loop {
-            match s.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if s.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-    })
-}
-
 /// Connect from `127.0.0.<host>` and read the server's tag; the stream stays open.
 fn open_from(addr: SocketAddr, host: u8) -> (TcpStream, u8) {
     let sock =
@@ -76,7 +56,7 @@ struct Setup {
 }
 
 fn start(map: &str) -> Setup {
-    let servers: Vec<Server> = (0..3).map(tagged_echo).collect();
+    let servers: Vec<Server> = (0..3).map(Server::tagged_echo).collect();
     let maps = TempDir::new("maps");
     let map_path = maps.path().join("src.map");
     std::fs::write(&map_path, map).expect("write map");

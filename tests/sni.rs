@@ -49,27 +49,6 @@ fn client_hello(sni: Option<&str>) -> Vec<u8> {
     rec
 }
 
-/// A server that first writes its tag byte, then echoes until EOF.
-fn tagged_echo(tag: u8) -> Server {
-    Server::start(move |mut s| {
-        if s.write_all(&[tag]).is_err() {
-            return;
-        }
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match s.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if s.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = s.shutdown(Shutdown::Write);
-    })
-}
-
 struct Setup {
     shunt: Shunt,
     /// The `map_dom` frontend.
@@ -82,7 +61,7 @@ struct Setup {
 }
 
 fn start(mode: &str) -> Setup {
-    let servers: Vec<Server> = (0..3).map(tagged_echo).collect();
+    let servers: Vec<Server> = (0..3).map(Server::tagged_echo).collect();
     let maps = TempDir::new("sni");
     let dom_map = maps.path().join("dom.map");
     let exact_map = maps.path().join("exact.map");
