@@ -81,6 +81,8 @@ use std::sync::Mutex;
 
 use aya::maps::{HashMap as AyaHashMap, IterableMap, MapData, MapError, PerCpuArray, SockHash};
 use aya::Ebpf;
+
+use crate::sys::bpf as bpf_sys;
 use aya_log::EbpfLogger;
 use proxy_common::{
     FlowCtl, FlowState, FlowStats, SockKey, COUNTERS_LEN, COUNTERS_NAME, FLOW_CAPACITY,
@@ -100,9 +102,6 @@ pub const BUILT_WITH_BPF: bool = cfg!(not(shunt_no_bpf));
 /// What [`status`] says in a binary built with `SHUNT_NO_BPF=1`.
 pub const NO_BPF_REASON: &str = "built without BPF object (SHUNT_NO_BPF=1)";
 
-/// Element commands of `bpf(2)` (reads go through aya).
-const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 /// Update flags of `bpf(2)`.
 const BPF_NOEXIST: u64 = 1;
 const BPF_EXIST: u64 = 2;
@@ -451,13 +450,17 @@ impl Bpf {
             return Err(e);
         }
         // Client first (see Race window, 5): it is the likelier to be refused.
-        if let Err(source) = sys_update(raw_fd(&self.socks), &cs, &fd_value(client), BPF_NOEXIST) {
+        if let Err(source) =
+            bpf_sys::update(raw_fd(&self.socks), &cs, &fd_value(client), BPF_NOEXIST)
+        {
             self.forget_flow(cc);
             self.forget_flow(cs);
             return Err(insert_error(source, client, SOCKHASH_NAME, false));
         }
-        if let Err(source) = sys_update(raw_fd(&self.socks), &cc, &fd_value(server), BPF_NOEXIST) {
-            let _ = sys_delete(raw_fd(&self.socks), &cs);
+        if let Err(source) =
+            bpf_sys::update(raw_fd(&self.socks), &cc, &fd_value(server), BPF_NOEXIST)
+        {
+            let _ = bpf_sys::delete(raw_fd(&self.socks), &cs);
             self.forget_flow(cc);
             self.forget_flow(cs);
             return Err(insert_error(source, server, SOCKHASH_NAME, true));
@@ -468,36 +471,36 @@ impl Bpf {
     /// Creates one direction's entries (not ready, zero counters); on error
     /// nothing it created stays.
     fn create_flow(&self, cookie: SockKey, sock: BorrowedFd<'_>) -> Result<(), InsertError> {
-        sys_update(
+        bpf_sys::update(
             raw_fd(&self.flow_stats),
             &cookie,
             &FlowStats::default(),
             BPF_NOEXIST,
         )
         .map_err(|e| insert_error(e, sock, FLOW_STATS_NAME, false))?;
-        sys_update(
+        bpf_sys::update(
             raw_fd(&self.flow_ctl),
             &cookie,
             &FlowCtl::default(),
             BPF_NOEXIST,
         )
         .map_err(|e| {
-            let _ = sys_delete(raw_fd(&self.flow_stats), &cookie);
+            let _ = bpf_sys::delete(raw_fd(&self.flow_stats), &cookie);
             insert_error(e, sock, FLOW_CTL_NAME, false)
         })
     }
 
     fn forget_flow(&self, cookie: SockKey) {
-        let _ = sys_delete(raw_fd(&self.flow_ctl), &cookie);
-        let _ = sys_delete(raw_fd(&self.flow_stats), &cookie);
+        let _ = bpf_sys::delete(raw_fd(&self.flow_ctl), &cookie);
+        let _ = bpf_sys::delete(raw_fd(&self.flow_stats), &cookie);
     }
 
     /// Deletes both SOCKHASH keys and both directions' flow entries; returns
     /// the final counters. Missing entries are not an error (idempotent).
     /// Read Race window, 4, before calling it on a live flow.
     pub fn remove_pair(&self, cookie_client: SockKey, cookie_server: SockKey) -> PairStats {
-        let _ = sys_delete(raw_fd(&self.socks), &cookie_client);
-        let _ = sys_delete(raw_fd(&self.socks), &cookie_server);
+        let _ = bpf_sys::delete(raw_fd(&self.socks), &cookie_client);
+        let _ = bpf_sys::delete(raw_fd(&self.socks), &cookie_server);
         let stats = PairStats {
             from_client: self.stats(cookie_client).unwrap_or_default(),
             from_server: self.stats(cookie_server).unwrap_or_default(),
@@ -509,7 +512,7 @@ impl Bpf {
 
     /// Writes one direction's control (only if the direction exists).
     pub fn set_ctl(&self, cookie: SockKey, ctl: FlowCtl) -> Result<(), MapOpError> {
-        sys_update(raw_fd(&self.flow_ctl), &cookie, &ctl, BPF_EXIST).map_err(|source| {
+        bpf_sys::update(raw_fd(&self.flow_ctl), &cookie, &ctl, BPF_EXIST).map_err(|source| {
             if source.raw_os_error() == Some(libc::ENOENT) {
                 MapOpError::NotFound {
                     map: FLOW_CTL_NAME,
@@ -613,12 +616,12 @@ impl Bpf {
     /// the miss path (a socket whose own cookie has no entry).
     #[cfg(test)]
     fn insert_raw(&self, key: SockKey, sock: BorrowedFd<'_>) -> std::io::Result<()> {
-        sys_update(raw_fd(&self.socks), &key, &fd_value(sock), BPF_NOEXIST)
+        bpf_sys::update(raw_fd(&self.socks), &key, &fd_value(sock), BPF_NOEXIST)
     }
 
     #[cfg(test)]
     fn delete_raw(&self, key: SockKey) -> std::io::Result<()> {
-        sys_delete(raw_fd(&self.socks), &key)
+        bpf_sys::delete(raw_fd(&self.socks), &key)
     }
 }
 
@@ -809,60 +812,9 @@ fn insert_error(
     }
 }
 
-fn raw_fd<K, V>(map: &impl IterableMap<K, V>) -> i32
+fn raw_fd<K, V>(map: &impl IterableMap<K, V>) -> BorrowedFd<'_>
 where
     K: aya::Pod,
 {
-    map.map().fd().as_fd().as_raw_fd()
-}
-
-/// The part of `union bpf_attr` the element commands use.
-#[repr(C)]
-struct MapElemAttr {
-    map_fd: u32,
-    _pad: u32,
-    key: u64,
-    value: u64,
-    flags: u64,
-}
-
-fn sys_map_elem(cmd: libc::c_long, attr: &MapElemAttr) -> std::io::Result<()> {
-    // SAFETY: bpf(2) reads `size_of::<MapElemAttr>()` bytes of a valid attr;
-    // the key/value pointers in it point to live values of the map's key and
-    // value sizes for the whole call (the callers' borrows).
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr as *const MapElemAttr,
-            std::mem::size_of::<MapElemAttr>(),
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-fn sys_update<K, V>(map_fd: i32, key: &K, value: &V, flags: u64) -> std::io::Result<()> {
-    let attr = MapElemAttr {
-        map_fd: map_fd.unsigned_abs(),
-        _pad: 0,
-        key: key as *const K as u64,
-        value: value as *const V as u64,
-        flags,
-    };
-    sys_map_elem(BPF_MAP_UPDATE_ELEM, &attr)
-}
-
-fn sys_delete<K>(map_fd: i32, key: &K) -> std::io::Result<()> {
-    let attr = MapElemAttr {
-        map_fd: map_fd.unsigned_abs(),
-        _pad: 0,
-        key: key as *const K as u64,
-        value: 0,
-        flags: 0,
-    };
-    sys_map_elem(BPF_MAP_DELETE_ELEM, &attr)
+    map.map().fd().as_fd()
 }

@@ -244,6 +244,23 @@ pub fn stat_header() -> String {
 struct Row(Vec<String>);
 
 impl Row {
+    /// The session and byte columns every row type carries.
+    fn sessions(&mut self, s: &crate::stats::Snapshot) {
+        self.set(col::SCUR, s.scur);
+        self.set(col::SMAX, s.smax);
+        self.set(col::STOT, s.stot);
+        self.set(col::BIN, s.bin);
+        self.set(col::BOUT, s.bout);
+    }
+
+    /// The server-side error and retry columns of server and BACKEND rows.
+    fn server_side(&mut self, s: &crate::stats::Snapshot) {
+        self.set(col::ECON, s.econ);
+        self.set(col::ERESP, s.eresp);
+        self.set(col::WRETR, s.wretr);
+        self.set(col::WREDIS, s.wredis);
+    }
+
     fn new() -> Self {
         Row(vec![String::new(); STAT_FIELDS.len()])
     }
@@ -382,12 +399,8 @@ fn frontend_row(ctx: &Ctx, fi: usize, fe: &Frontend) -> Row {
     r.zeros(PX_MODULE_ZERO);
     r.set(col::PXNAME, &fe.name);
     r.set(col::SVNAME, "FRONTEND");
-    r.set(col::SCUR, s.scur);
-    r.set(col::SMAX, s.smax);
+    r.sessions(&s);
     r.set(col::SLIM, frontend_slim(ctx, fe));
-    r.set(col::STOT, s.stot);
-    r.set(col::BIN, s.bin);
-    r.set(col::BOUT, s.bout);
     r.set(col::STATUS, if stopping { "STOP" } else { "OPEN" });
     r.set(col::PID, 1);
     r.set(col::IID, fe.id);
@@ -433,18 +446,11 @@ fn server_row(ctx: &Ctx, bi: usize, si: usize, uptime: u64) -> Row {
     r.set(col::SVNAME, &cfg.name);
     r.set(col::QCUR, rt.queue_cur());
     r.set(col::QMAX, rt.queue_max());
-    r.set(col::SCUR, s.scur);
-    r.set(col::SMAX, s.smax);
+    r.sessions(&s);
+    r.server_side(&s);
     if cfg.maxconn > 0 {
         r.set(col::SLIM, cfg.maxconn);
     }
-    r.set(col::STOT, s.stot);
-    r.set(col::BIN, s.bin);
-    r.set(col::BOUT, s.bout);
-    r.set(col::ECON, s.econ);
-    r.set(col::ERESP, s.eresp);
-    r.set(col::WRETR, s.wretr);
-    r.set(col::WREDIS, s.wredis);
     r.set(col::STATUS, server_status(ctx, bi, si));
     // A draining server runs with weight 0 but reports its user weight, as HAProxy.
     let uweight = super::dispatch::admin_note(rt)
@@ -564,16 +570,9 @@ fn backend_row(ctx: &Ctx, bi: usize, be: &Backend, uptime: u64) -> Row {
     r.set(col::SVNAME, "BACKEND");
     r.set(col::QCUR, rt.queue_cur());
     r.set(col::QMAX, rt.queue_max());
-    r.set(col::SCUR, s.scur);
-    r.set(col::SMAX, s.smax);
+    r.sessions(&s);
+    r.server_side(&s);
     r.set(col::SLIM, backend_slim(ctx, bi, be));
-    r.set(col::STOT, s.stot);
-    r.set(col::BIN, s.bin);
-    r.set(col::BOUT, s.bout);
-    r.set(col::ECON, s.econ);
-    r.set(col::ERESP, s.eresp);
-    r.set(col::WRETR, s.wretr);
-    r.set(col::WREDIS, s.wredis);
     r.set(col::STATUS, if act + bck > 0 { "UP" } else { "DOWN" });
     r.set(col::WEIGHT, weight);
     r.set(col::ACT, act);

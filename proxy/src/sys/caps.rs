@@ -23,7 +23,7 @@
 //! - On error the process may be half-dropped; the caller must exit.
 
 use std::collections::HashSet;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 
 use caps::CapSet;
 pub use caps::Capability as Cap;
@@ -33,7 +33,6 @@ use nix::unistd::{Gid, Group, Uid, User};
 const TASK_DIR: &str = "/proc/self/task";
 /// `bpf(2)` commands and the map type the probe uses (uapi/linux/bpf.h).
 const BPF_MAP_CREATE: libc::c_long = 0;
-const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
 
 /// Why [`drop_to`] failed.
@@ -250,16 +249,6 @@ struct MapCreateAttr {
     map_flags: u32,
 }
 
-/// The head of `union bpf_attr` for the element commands.
-#[repr(C)]
-struct MapElemAttr {
-    map_fd: u32,
-    _pad: u32,
-    key: u64,
-    value: u64,
-    flags: u64,
-}
-
 fn create_probe_map() -> Result<OwnedFd, CapsError> {
     let attr = MapCreateAttr {
         map_type: BPF_MAP_TYPE_ARRAY,
@@ -293,29 +282,8 @@ fn create_probe_map() -> Result<OwnedFd, CapsError> {
 fn probe_lookup(map: &OwnedFd) -> std::io::Result<()> {
     let key: u32 = 0;
     let mut value: u32 = 0;
-    let attr = MapElemAttr {
-        map_fd: map.as_raw_fd().unsigned_abs(),
-        _pad: 0,
-        key: &key as *const u32 as u64,
-        value: &mut value as *mut u32 as u64,
-        flags: 0,
-    };
-    // SAFETY: bpf(2) reads a valid attr; `key` and `value` are live u32s of
-    // the map's key and value sizes (4) for the whole call, and the kernel
-    // writes at most 4 bytes to `value`, which is mutably borrowed here.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_LOOKUP_ELEM,
-            &attr as *const MapElemAttr,
-            std::mem::size_of::<MapElemAttr>(),
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    // The probe map has u32 keys and values (`create_probe_map`).
+    super::bpf::lookup(map.as_fd(), &key, &mut value)
 }
 
 fn lookup_user(name: &str) -> Result<User, CapsError> {

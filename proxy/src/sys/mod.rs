@@ -8,6 +8,7 @@
 //! `BorrowedFd` so the fd is guaranteed open for the duration of the call,
 //! and returns `io::Error::last_os_error()` on failure.
 
+pub mod bpf;
 pub mod caps;
 pub mod pipe;
 pub mod sock;
