@@ -14,12 +14,7 @@ const MIB: usize = 1024 * 1024;
 
 fn start(servers: &[SocketAddr], extra: &str, mode: &str) -> (Shunt, SocketAddr) {
     let port = free_port();
-    let mut cfg = simple_config(port, servers, extra);
-    if mode == "sockmap" {
-        // Keep kernel flows on the redirect path: the pass path (over the
-        // bound) has a known defect covered by ignored tests in kernel.rs.
-        cfg = cfg.replacen("global\n", "global\n    tune.sockmap.max-inflight 1g\n", 1);
-    }
+    let cfg = simple_config(port, servers, extra);
     let shunt = Shunt::start(&cfg, &["--forward-mode", mode]);
     (shunt, SocketAddr::from(([127, 0, 0, 1], port)))
 }

@@ -60,10 +60,9 @@ fn integrity_256mib_each_way() {
         *g2.lock().expect("lock") = Some((up.len(), sha256(&up)));
         writer.join().expect("writer");
     });
-    // A bound above the transfer: this checks the kernel redirect path
-    // itself at volume (the pass path has its own, currently ignored, tests).
-    let Some((shunt, addr)) = start(&[server.addr], "    tune.sockmap.max-inflight 1g\n", "")
-    else {
+    // The default bound: the transfer goes over it, so the pass path and the
+    // way back to redirection are part of what this checks.
+    let Some((shunt, addr)) = start(&[server.addr], "", "") else {
         return;
     };
     let up = pattern(size, 0x51);
@@ -248,7 +247,6 @@ fn slow_read(s: &mut TcpStream, rate: usize) -> (usize, String) {
 }
 
 #[test]
-#[ignore = "known defect, issue 3: in sockmap pass mode (over the redirect limit) Linux 6.18 delivered a ~64 KiB segment twice in about one run of five; run with --ignored"]
 fn half_close_with_a_slow_reader_both_directions() {
     let size = 64 * MIB;
     let rate = 8 * MIB;
@@ -301,7 +299,6 @@ fn half_close_with_a_slow_reader_both_directions() {
 }
 
 #[test]
-#[ignore = "known defect, issue 3: in sockmap pass mode (over the redirect limit) Linux 6.18 delivered a ~64 KiB segment twice in about one run of five; run with --ignored"]
 fn backpressure_bounds_kernel_memory_then_delivers_everything() {
     const BOUND: u64 = 4 * 1024 * 1024;
     let (tx, rx) = std::sync::mpsc::channel::<TcpStream>();
@@ -508,4 +505,29 @@ fn timeouts_apply_to_kernel_forwarded_flows() {
         "closed after the tunnel timeout, waited {waited:?}"
     );
     assert_mode(&shunt.sock(), "sockmap");
+}
+
+/// `forward-mode auto` with BPF loaded hands flows to the kernel; a backend
+/// with `option splice-auto` keeps its flows on splice.
+#[test]
+fn auto_uses_the_kernel_unless_a_proxy_asks_for_splice() {
+    if !bpf_wanted() {
+        return;
+    }
+    let server = Server::echo();
+    for (backend, want) in [("", "sockmap"), ("    option splice-auto\n", "splice")] {
+        let port = free_port();
+        let cfg = simple_config(port, &[server.addr], backend);
+        let shunt = Shunt::start(&cfg, &["--forward-mode", "auto"]);
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        for i in 0..3u8 {
+            let mut c = connect(addr);
+            let msg = [i; 5000];
+            c.write_all(&msg).expect("write");
+            let mut back = [0u8; 5000];
+            c.read_exact(&mut back).expect("echo");
+            assert_eq!(back, msg);
+        }
+        assert_mode(&shunt.sock(), want);
+    }
 }

@@ -76,8 +76,24 @@ pub const CTR_PASS_UNACKED: u32 = 6;
 /// for good. The FIN itself is already recorded by TCP (the socket reads
 /// EOF) and userspace propagates it.
 pub const CTR_PASS_EMPTY: u32 = 7;
+/// Segments whose head repeated bytes the verdict had already seen (a TCP
+/// retransmission overlapping data already received), trimmed before they
+/// were forwarded. TCP queues such a segment whole and ordinary readers skip
+/// the old part by sequence number, but the kernel hands the verdict the
+/// whole segment: untrimmed, the old bytes would be delivered twice.
+pub const CTR_OVERLAP_TRIMMED: u32 = 8;
+/// Trimming an overlap failed (`bpf_skb_adjust_room`, e.g. no memory to pull
+/// the head): the segment went on whole. A broken invariant, logged.
+pub const CTR_TRIM_FAILED: u32 = 9;
+/// Segments whose control block did not hold a consistent TCP sequence range
+/// (`end_seq - seq` is neither the length nor the length plus a FIN): the
+/// overlap check was skipped for them.
+pub const CTR_SEQ_UNKNOWN: u32 = 10;
+/// Segments made only of bytes already seen (TCP never queues those; counted
+/// and consumed if it ever does).
+pub const CTR_WHOLE_OVERLAP: u32 = 11;
 /// Number of slots in the counters array (spare slots keep room to grow).
-pub const COUNTERS_LEN: u32 = 8;
+pub const COUNTERS_LEN: u32 = 16;
 /// Human names of the counter slots, indexed by `CTR_*`.
 pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
     "verdict_failed",
@@ -88,6 +104,14 @@ pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
     "pass_paused",
     "pass_unacked",
     "empty_consumed",
+    "overlap_trimmed",
+    "trim_failed",
+    "seq_unknown",
+    "whole_overlap",
+    "spare_12",
+    "spare_13",
+    "spare_14",
+    "spare_15",
 ];
 
 /// Key of the SOCKHASH and of both flow maps: a socket cookie
@@ -135,6 +159,13 @@ pub struct FlowStats {
     pub passed_segs: u64,
     /// Redirects that failed (peer missing from the SOCKHASH); passed instead.
     pub redirect_failures: u64,
+    /// Bytes trimmed off segment heads because the verdict had already seen
+    /// them (see [`CTR_OVERLAP_TRIMMED`]); counted in no other field.
+    pub overlap_bytes: u64,
+    /// TCP sequence number just past the last byte the verdict saw.
+    pub next_seq: u32,
+    /// Non-zero once `next_seq` holds a value.
+    pub seq_known: u32,
 }
 
 /// Userspace view of one direction: its control and its counters.
@@ -151,7 +182,7 @@ pub struct FlowState {
 /// Size of [`FlowCtl`] in bytes, as the map definition on both sides uses it.
 pub const FLOW_CTL_SIZE: usize = 24;
 /// Size of [`FlowStats`] in bytes.
-pub const FLOW_STATS_SIZE: usize = 40;
+pub const FLOW_STATS_SIZE: usize = 56;
 /// Size of [`FlowState`] in bytes.
 pub const FLOW_STATE_SIZE: usize = FLOW_CTL_SIZE + FLOW_STATS_SIZE;
 
@@ -166,7 +197,7 @@ const _: () = assert!(SOCKHASH_NAME.len() <= 15);
 const _: () = assert!(FLOW_CTL_NAME.len() <= 15);
 const _: () = assert!(FLOW_STATS_NAME.len() <= 15);
 const _: () = assert!(COUNTERS_NAME.len() <= 15);
-const _: () = assert!(CTR_PASS_EMPTY < COUNTERS_LEN);
+const _: () = assert!(CTR_WHOLE_OVERLAP < COUNTERS_LEN);
 
 /// Compile-time string equality, so the eBPF crate can check that the literal
 /// names its `#[map]` attributes need are the ones defined here.
@@ -211,6 +242,7 @@ mod tests {
         assert_eq!(core::mem::offset_of!(FlowCtl, ready), 16);
         assert_eq!(core::mem::offset_of!(FlowCtl, paused), 20);
         assert_eq!(core::mem::offset_of!(FlowStats, redirect_failures), 32);
+        assert_eq!(core::mem::offset_of!(FlowStats, next_seq), 48);
         assert_eq!(core::mem::offset_of!(FlowState, stats), FLOW_CTL_SIZE);
     }
 

@@ -2,9 +2,12 @@
 //!
 //! Owns the map definitions (names, types, capacities all come from
 //! `proxy-common`) and the verdict. Invariants:
-//! - it never returns SK_DROP: every path that does not redirect returns
+//! - it never drops a byte: every path that does not redirect returns
 //!   SK_PASS, so the bytes stay readable in the receiving socket and userspace
-//!   forwards them (fail open);
+//!   forwards them (fail open). SK_DROP is only for segments that carry no
+//!   new byte: a bare FIN, or (never seen) a segment wholly repeated;
+//! - it forwards every byte once: a retransmitted segment whose head repeats
+//!   bytes already seen is trimmed first (`trim_overlap`);
 //! - it redirects only when userspace marked the direction ready, not paused,
 //!   and acknowledged every byte passed so far (`FlowCtl` doc), so a
 //!   redirected byte never overtakes one userspace still has to forward;
@@ -34,9 +37,10 @@ use aya_ebpf::{
 use aya_log_ebpf::{debug, error, info};
 use proxy_common::{
     str_eq, FlowCtl, FlowStats, SockKey, COUNTERS_LEN, COUNTERS_NAME, CTR_NO_FLOW_CTL,
-    CTR_NO_FLOW_STATS, CTR_PASS_EMPTY, CTR_PASS_NOT_READY, CTR_PASS_PAUSED, CTR_PASS_UNACKED,
-    CTR_REDIRECT_FAILED, CTR_VERDICT_FAILED, FLOW_CAPACITY, FLOW_CTL_NAME, FLOW_MAP_FLAGS,
-    FLOW_STATS_NAME, SOCKHASH_CAPACITY, SOCKHASH_NAME,
+    CTR_NO_FLOW_STATS, CTR_OVERLAP_TRIMMED, CTR_PASS_EMPTY, CTR_PASS_NOT_READY, CTR_PASS_PAUSED,
+    CTR_PASS_UNACKED, CTR_REDIRECT_FAILED, CTR_SEQ_UNKNOWN, CTR_TRIM_FAILED, CTR_VERDICT_FAILED,
+    CTR_WHOLE_OVERLAP, FLOW_CAPACITY, FLOW_CTL_NAME, FLOW_MAP_FLAGS, FLOW_STATS_NAME,
+    SOCKHASH_CAPACITY, SOCKHASH_NAME,
 };
 
 // The `#[map]` attribute needs string literals; these checks make a drift
@@ -134,6 +138,12 @@ fn try_verdict(ctx: &SkBuffContext) -> Result<u32, Miss> {
     // successful map lookup, stays valid for this invocation (RCU), and this
     // program is the entry's only writer; the kernel runs the verdict of one
     // socket under that socket's lock, so the increments do not race.
+    let len = match trim_overlap(ctx, stats, len) {
+        Some(len) => len,
+        // Nothing new in it: consume it (see CTR_WHOLE_OVERLAP).
+        None => return Ok(SK_DROP),
+    };
+    // SAFETY: see above.
     let passed_bytes = unsafe { (*stats).passed_bytes };
     let pass_reason = if ctl.ready == 0 {
         Some(CTR_PASS_NOT_READY)
@@ -196,6 +206,78 @@ fn try_verdict(ctx: &SkBuffContext) -> Result<u32, Miss> {
         }
         Ok(SK_PASS)
     }
+}
+
+/// Largest head `bpf_skb_adjust_room` removes in one call (the kernel's bound).
+const TRIM_STEP: u32 = 0xfff;
+/// Calls needed for the largest segment (64 KiB) in steps of `TRIM_STEP`.
+const TRIM_CALLS: u32 = 17;
+
+/// Sequence bookkeeping and the retransmission fix. TCP queues a segment
+/// that overlaps bytes already received (a retransmission cut differently
+/// from the original) whole, with `seq` before the receive point; readers
+/// skip the old part by sequence number, but the kernel hands this verdict
+/// the whole segment. The socket's own sequence range sits in the control
+/// block (`TCP_SKB_CB`: `seq`, `end_seq`, which `__sk_buff.cb[0..2]` map to
+/// for sk_skb programs): remove the head this verdict already saw, so every
+/// byte is forwarded once. Returns the segment's new length, or `None` when
+/// nothing in it is new.
+#[inline(always)]
+fn trim_overlap(ctx: &SkBuffContext, stats: *mut FlowStats, len: u64) -> Option<u64> {
+    let cb = ctx.cb();
+    let (seq, end_seq) = (cb[0], cb[1]);
+    let span = u64::from(end_seq.wrapping_sub(seq));
+    if span != len && span != len + 1 {
+        // Not a TCP receive control block as expected: leave it alone.
+        bump(CTR_SEQ_UNKNOWN);
+        return Some(len);
+    }
+    let end = seq.wrapping_add(len as u32);
+    // SAFETY: `stats` comes from a successful lookup (see try_verdict).
+    let (known, next) = unsafe { ((*stats).seq_known, (*stats).next_seq) };
+    let mut new_len = len;
+    if known != 0 {
+        let seen = next.wrapping_sub(seq) as i32;
+        if seen > 0 {
+            let seen = seen as u32;
+            if u64::from(seen) >= len {
+                bump(CTR_WHOLE_OVERLAP);
+                error!(ctx, "segment of {} bytes already seen whole: consumed", len);
+                return None;
+            }
+            let mut left = seen;
+            let mut calls = 0;
+            while left > 0 && calls < TRIM_CALLS {
+                let step = if left > TRIM_STEP { TRIM_STEP } else { left };
+                if ctx.adjust_room(-(step as i32), 0, 0).is_err() {
+                    break;
+                }
+                left -= step;
+                calls += 1;
+            }
+            if left == 0 {
+                bump(CTR_OVERLAP_TRIMMED);
+                new_len = len - u64::from(seen);
+                // SAFETY: as above.
+                unsafe { (*stats).overlap_bytes += u64::from(seen) };
+            } else {
+                bump(CTR_TRIM_FAILED);
+                error!(
+                    ctx,
+                    "could not trim {} repeated bytes: forwarding them", left
+                );
+                new_len = u64::from(ctx.len());
+            }
+        }
+    }
+    if known == 0 || end.wrapping_sub(next) as i32 > 0 {
+        // SAFETY: as above.
+        unsafe {
+            (*stats).next_seq = end;
+            (*stats).seq_known = 1;
+        }
+    }
+    Some(new_len)
 }
 
 /// Adds one to a per-CPU counter; a bad index is ignored (nothing to count it in).

@@ -242,12 +242,7 @@ fn load_bpf(config: &Config, mode: ForwardMode) -> Result<String, DaemonError> {
         BpfStatus::Loaded => {
             tracing::info!(
                 max_inflight = crate::handoff::sockmap::max_inflight(),
-                "BPF loaded: stream verdict attached to the SOCKHASH; {}",
-                if mode == ForwardMode::Sockmap {
-                    "forwarding with sockmap"
-                } else {
-                    "forward-mode auto forwards with splice (sockmap only when forced)"
-                }
+                "BPF loaded: stream verdict attached to the SOCKHASH; forwarding with sockmap"
             );
             Ok("loaded".to_string())
         }

@@ -143,19 +143,18 @@ async fn peek_sni(client: &TcpStream, delay: Option<Duration>) -> Option<String>
     }
 }
 
-/// The forwarding mode for a flow. `option splice-*` on the proxies asks for
-/// splice where the mode is `auto`, which is what `auto` does anyway:
-///
-/// `auto` chooses by evidence (kernel-sockmap.md: "let forward-mode auto
-/// choose by evidence"): on the machines measured, splice is as fast as
-/// sockmap, and the sockmap pass path has an open defect (a segment delivered
-/// twice under load, README "Kernel handoff"), so `auto` splices until that is
-/// fixed. A forced `sockmap` was checked at start-up (BPF loaded).
-fn choose_mode(state: &State) -> Mode {
+/// The forwarding mode for a flow, from the global mode and the proxies'
+/// options: `auto` hands flows to the kernel when the BPF program loaded,
+/// except where `option splice-*` on the frontend or backend asks for splice.
+/// A forced `sockmap` was checked at start-up (BPF loaded).
+fn choose_mode(state: &State, fe: &Frontend, be: &Backend) -> Mode {
     match state.forward_mode {
         ForwardMode::Copy => Mode::Copy,
-        ForwardMode::Splice | ForwardMode::Auto => Mode::Splice,
+        ForwardMode::Splice => Mode::Splice,
         ForwardMode::Sockmap => Mode::Sockmap,
+        ForwardMode::Auto if fe.splice.any() || be.splice.any() => Mode::Splice,
+        ForwardMode::Auto if crate::handoff::sockmap::kernel().is_some() => Mode::Sockmap,
+        ForwardMode::Auto => Mode::Splice,
     }
 }
 
@@ -288,7 +287,7 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
         be: be_ctr,
         srv: srv_ctr,
     };
-    let mode = choose_mode(&state);
+    let mode = choose_mode(&state, fe, be);
     let server_addr = server.peer_addr().ok();
     let fd_server = std::os::fd::AsRawFd::as_raw_fd(&server);
     flows::update(flow, |f| {

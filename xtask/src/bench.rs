@@ -48,8 +48,13 @@ const MAX_SOCK_PATH: usize = 100;
 const SINK_ANSWER: u64 = 8;
 const MODES: &[&str] = &["auto", "sockmap", "splice", "copy"];
 /// `show info` counters of the kernel path reported (as deltas) for a sockmap run:
-/// segments passed to userspace for backpressure, redirects the kernel refused.
-const KERNEL_FIELDS: [&str; 2] = ["SockmapPauses", "SockmapRedirectErrors"];
+/// segments passed to userspace for backpressure, redirects the kernel refused,
+/// retransmitted segments whose repeated head the verdict trimmed.
+const KERNEL_FIELDS: [&str; 3] = [
+    "SockmapPauses",
+    "SockmapRedirectErrors",
+    "SockmapOverlapTrimmed",
+];
 /// Forwarding mode → the `show info` counter of flows forwarded that way.
 const FLOW_COUNTERS: [(&str, &str); 3] = [
     ("sockmap", "SockmapFlows"),

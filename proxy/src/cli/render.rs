@@ -805,6 +805,7 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
         ("SockmapInflightPeak", k.peak_inflight as u64),
         ("SockmapFallbacks", k.fallbacks),
         ("SockmapRedirectErrors", k.redirect_errors),
+        ("SockmapOverlapTrimmed", k.overlap_trimmed),
     ];
     for (i, (name, value)) in kernel.into_iter().enumerate() {
         v.push(InfoField {

@@ -25,18 +25,16 @@
 //!   until userspace has forwarded it.
 //! * **The gate.** The verdict redirects a segment only when `ready`, not
 //!   `paused`, within the redirect limit, and its own count of passed bytes
-//!   equals `passed_ack`. Userspace never moves `passed_ack` after insertion,
-//!   so the first segment a direction passes (a segment that raced insertion,
-//!   or one over the backpressure bound) switches that direction to
-//!   userspace forwarding for the rest of the flow: no passed byte can ever
-//!   be overtaken by a redirected one, because nothing is redirected after
-//!   it. Switching back was tried (acknowledge after writing, so the next
-//!   segment redirects); it is sound on paper, but on Linux 6.18 under load
-//!   the kernel then delivered two ~64 KiB segments twice in about one run
-//!   of ten (the verdict itself saw them twice: its redirected + passed
-//!   counts exceeded what the peer sent). Until that is understood, a
-//!   passing direction stays passing. Userspace still reads only what the
-//!   verdict passed (see `read_passed`).
+//!   equals `passed_ack`, which userspace writes only after it has *written*
+//!   the passed bytes to the peer. The verdicts of one socket run one at a
+//!   time, and the run that decides "pass" is the run that bumps the count,
+//!   so a redirect can only follow passed bytes that are already in the
+//!   peer's send queue. Userspace reads only what the verdict passed (see
+//!   `read_passed`).
+//! * **Every byte once.** A retransmission that overlaps bytes TCP already
+//!   received is queued whole and handed to the verdict whole; the verdict
+//!   trims the head it already saw (proxy-ebpf `trim_overlap`), so neither
+//!   path forwards a byte twice. `check_totals` verifies it at EOF.
 //! * **Passed bytes never overtake redirected ones.** Before writing passed
 //!   bytes, userspace waits until the peer's send queue has absorbed every
 //!   byte the kernel redirected to it (`acked + SIOCOUTQ` of the peer, from a
@@ -109,6 +107,8 @@ pub struct KernelInfo {
     pub peak_inflight: usize,
     pub fallbacks: u64,
     pub redirect_errors: u64,
+    /// Retransmitted segments whose already-seen head the verdict trimmed.
+    pub overlap_trimmed: u64,
 }
 
 /// Current figures (map sizes are counted by walking the keys: cheap enough
@@ -125,6 +125,7 @@ pub fn info() -> KernelInfo {
         if let Ok(c) = b.error_counters() {
             k.redirect_errors = c[proxy_common::CTR_REDIRECT_FAILED as usize];
             k.pauses = c[proxy_common::CTR_PASS_PAUSED as usize];
+            k.overlap_trimmed = c[proxy_common::CTR_OVERLAP_TRIMMED as usize];
         }
     }
     k
@@ -418,9 +419,8 @@ fn regulate(
     let sent = redirected + st.written + base.queued;
     PEAK_INFLIGHT.fetch_max(sent.saturating_sub(p.acked) as usize, Ordering::Relaxed);
     let limit = redirect_limit(base, p.acked, st.written);
-    // Only raise it, and in steps, so a busy flow costs few map updates; a
-    // direction that passes never redirects again, so leave it alone.
-    if st.acked == 0 && limit >= st.ctl.redirect_limit + (max_inflight() / LIMIT_STEPS) as u64 {
+    // Only raise it, and in steps, so a busy flow costs few map updates.
+    if limit >= st.ctl.redirect_limit + (max_inflight() / LIMIT_STEPS) as u64 {
         st.ctl.redirect_limit = limit;
         st.push(ins, dir)?;
     }
@@ -450,6 +450,7 @@ fn check_totals(ins: &Inserted, dir: Dir, from: &TcpStream, to: &TcpStream, st: 
             entered_peer = entered,
             redirected = ins.seen(dir.from).get(),
             passed = st.acked,
+            kernel = ?ins.bpf.stats(ins.cookie(dir.from)).ok(),
             kicks = st.kicks,
             "sockmap byte counts disagree at EOF"
         );
@@ -543,16 +544,23 @@ pub async fn run(
                         tokio::time::sleep(DRAIN_POLL).await;
                     }
                     Ok(Passed::Data(n)) => {
-                        // Passed bytes: never ahead of redirected ones. After
-                        // the first pass nothing more is redirected, so this
-                        // waits once and is a cheap check afterwards.
+                        // Passed bytes: never ahead of redirected ones.
                         flow.touch(dir.from);
                         drain(flow, ins, dir, to, &st).await?;
                         copy::write_all(flow, dir, to, &buf[..n]).await?;
                         st.written += n as u64;
                         st.acked += n as u64;
-                        // `passed_ack` is not moved: once a direction passes,
-                        // it keeps passing (see "Race window").
+                        // Acknowledge: once the verdict's passed count equals
+                        // this, the next segment is redirected again. What we
+                        // wrote left the kernel's hands with the drain above,
+                        // so the bound moves up with the destination's acks.
+                        st.ctl.passed_ack = st.acked;
+                        let p = progress(ins, dir, to)?;
+                        st.ctl.redirect_limit = st
+                            .ctl
+                            .redirect_limit
+                            .max(redirect_limit(ins.base(dir.to), p.acked, st.written));
+                        st.push(ins, dir)?;
                         tick = TICK_ACTIVE;
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
