@@ -29,6 +29,21 @@ fn start(servers: &[SocketAddr], global: &str, backend: &str) -> Option<(Shunt, 
     Some((shunt, SocketAddr::from(([127, 0, 0, 1], port))))
 }
 
+/// Every kernel-forwarded direction that reached EOF compared what the verdict
+/// saw and what entered the peer with what TCP received (`check_totals` in
+/// the sockmap handoff); a difference is logged as a warning. None may appear.
+fn assert_kernel_counts_agreed(shunt: &Shunt) {
+    let log = shunt.stderr();
+    assert!(
+        !log.contains("sockmap byte counts disagree"),
+        "a flow's kernel counters disagreed with what TCP received:\n{log}"
+    );
+    let trimmed = info(shunt, "SockmapOverlapTrimmed");
+    if trimmed > 0 {
+        eprintln!("retransmitted overlaps trimmed by the verdict: {trimmed}");
+    }
+}
+
 fn info(shunt: &Shunt, key: &str) -> u64 {
     info_u64(&shunt.sock(), key)
 }
@@ -84,6 +99,7 @@ fn integrity_256mib_each_way() {
     assert_eq!(n, size, "bytes to server");
     assert_eq!(digest, sha256(&up), "data to server");
     assert_mode(&shunt.sock(), "sockmap");
+    assert_kernel_counts_agreed(&shunt);
     assert_eq!(info(&shunt, "SockmapFlows"), 1);
     let sock = shunt.sock();
     assert_eq!(stat(&sock, "fe", "FRONTEND", "bin"), size as u64);
@@ -127,6 +143,7 @@ fn integrity_1000_concurrent_flows() {
     }
     assert_eq!(bad.load(Ordering::SeqCst), 0, "flows with wrong data");
     assert_mode(&shunt.sock(), "sockmap");
+    assert_kernel_counts_agreed(&shunt);
     let total = info(&shunt, "SockmapFlows") + info(&shunt, "SpliceFlows");
     assert_eq!(total, 1000, "every flow accounted for");
     assert!(
@@ -187,6 +204,7 @@ fn early_data_with_a_late_server_200_times() {
         "every repetition byte-exact"
     );
     assert_mode(&shunt.sock(), "sockmap");
+    assert_kernel_counts_agreed(&shunt);
 }
 
 #[test]
@@ -219,6 +237,7 @@ fn server_greeting_is_delivered_once_in_order() {
         );
     }
     assert_mode(&shunt.sock(), "sockmap");
+    assert_kernel_counts_agreed(&shunt);
 }
 
 /// Read everything at about `rate` bytes per second; returns (count, digest).
@@ -275,6 +294,7 @@ fn half_close_with_a_slow_reader_both_directions() {
         info(&shunt, "CurrConns") == 0
     });
     assert_mode(&shunt.sock(), "sockmap");
+    assert_kernel_counts_agreed(&shunt);
     drop(shunt);
 
     // Server -> client: the server sends 64 MiB then SHUT_WR; the client
@@ -296,6 +316,7 @@ fn half_close_with_a_slow_reader_both_directions() {
         info(&shunt, "CurrConns") == 0
     });
     assert_mode(&shunt.sock(), "sockmap");
+    assert_kernel_counts_agreed(&shunt);
 }
 
 #[test]
@@ -370,6 +391,7 @@ fn backpressure_bounds_kernel_memory_then_delivers_everything() {
         info(&shunt, "CurrConns") == 0
     });
     assert_mode(&shunt.sock(), "sockmap");
+    assert_kernel_counts_agreed(&shunt);
 }
 
 /// Slab + Buffers from /proc/meminfo, in KiB (informational).
@@ -505,6 +527,7 @@ fn timeouts_apply_to_kernel_forwarded_flows() {
         "closed after the tunnel timeout, waited {waited:?}"
     );
     assert_mode(&shunt.sock(), "sockmap");
+    assert_kernel_counts_agreed(&shunt);
 }
 
 /// `forward-mode auto` with BPF loaded hands flows to the kernel; a backend
