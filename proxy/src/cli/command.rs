@@ -23,6 +23,8 @@ pub enum InfoFormat {
     Plain,
     /// `N.Name.1:TAGS:type:value` lines.
     Typed,
+    /// One JSON array of `{"field":…,"tags":…,"value":…}` elements.
+    Json,
 }
 
 /// Which proxy `show stat` is bound to.
@@ -44,6 +46,8 @@ pub struct StatQuery {
     pub types: i64,
     /// Server id, `-1` = all.
     pub sid: i64,
+    /// `typed` among the words: HAProxy's typed output instead of CSV.
+    pub typed: bool,
 }
 
 impl Default for StatQuery {
@@ -52,6 +56,7 @@ impl Default for StatQuery {
             proxy: ProxySel::All,
             types: -1,
             sid: -1,
+            typed: false,
         }
     }
 }
@@ -364,14 +369,13 @@ pub fn parse(req: &Request) -> Command {
         ["operator", ..] => Command::SetLevel(CliLevel::Operator),
         ["user", ..] => Command::SetLevel(CliLevel::User),
         ["show", "cli", "level", ..] => Command::ShowCliLevel,
-        ["show", "info", rest @ ..] => {
-            let typed = rest.contains(&"typed");
-            Command::ShowInfo(if typed {
-                InfoFormat::Typed
-            } else {
-                InfoFormat::Plain
-            })
-        }
+        ["show", "info", rest @ ..] => Command::ShowInfo(if rest.contains(&"json") {
+            InfoFormat::Json
+        } else if rest.contains(&"typed") {
+            InfoFormat::Typed
+        } else {
+            InfoFormat::Plain
+        }),
         ["show", "stat", rest @ ..] => Command::ShowStat(parse_stat_query(rest)),
         ["show", "map"] => Command::ShowMaps,
         ["show", "map", map, ..] => Command::ShowMap(map.to_string()),
@@ -483,8 +487,12 @@ fn bad(need: CliLevel, err: ParseError) -> Command {
 /// `show stat` arguments as HAProxy reads them: the filter applies only when three
 /// positional words are present; anything else (`typed`, `json`, ...) is a format flag.
 fn parse_stat_query(args: &[&str]) -> StatQuery {
+    let typed = args.contains(&"typed");
     let [px, ty, sid, ..] = args else {
-        return StatQuery::default();
+        return StatQuery {
+            typed,
+            ..StatQuery::default()
+        };
     };
     let proxy = match px.parse::<i64>() {
         Ok(-1) => ProxySel::All,
@@ -495,6 +503,7 @@ fn parse_stat_query(args: &[&str]) -> StatQuery {
         proxy,
         types: atoi(ty),
         sid: atoi(sid),
+        typed,
     }
 }
 
@@ -566,7 +575,8 @@ mod tests {
             Command::ShowStat(StatQuery {
                 proxy: ProxySel::All,
                 types: 2,
-                sid: -1
+                sid: -1,
+                typed: false,
             })
         );
         assert_eq!(
@@ -574,7 +584,8 @@ mod tests {
             Command::ShowStat(StatQuery {
                 proxy: ProxySel::Name("b".into()),
                 types: 4,
-                sid: -1
+                sid: -1,
+                typed: true,
             })
         );
         // `typed` in first position is read as a proxy name (HAProxy then says "No such proxy.").
@@ -583,19 +594,24 @@ mod tests {
             Command::ShowStat(StatQuery {
                 proxy: ProxySel::Name("typed".into()),
                 types: -1,
-                sid: 2
+                sid: 2,
+                typed: true,
             })
         );
         assert_eq!(
             p("show stat typed"),
-            Command::ShowStat(StatQuery::default())
+            Command::ShowStat(StatQuery {
+                typed: true,
+                ..StatQuery::default()
+            })
         );
         assert_eq!(
             p("show stat 3 6 1"),
             Command::ShowStat(StatQuery {
                 proxy: ProxySel::Id(3),
                 types: 6,
-                sid: 1
+                sid: 1,
+                typed: false,
             })
         );
     }

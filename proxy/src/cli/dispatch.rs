@@ -175,14 +175,19 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
                     }
                 }
             };
-            Output::Text(render::show_stat(
+            let csv = render::show_stat(
                 ctx,
                 StatFilter {
                     iid,
                     types: q.types,
                     sid: q.sid,
                 },
-            ))
+            );
+            Output::Text(if q.typed {
+                super::typed::stat_typed(&csv)
+            } else {
+                csv
+            })
         }
         Command::SetTimeoutCli(d) => {
             sess.timeout = d;

@@ -27,6 +27,7 @@ pub mod dispatch;
 pub mod frame;
 pub mod render;
 pub mod sessions;
+pub mod typed;
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};

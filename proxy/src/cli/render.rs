@@ -825,11 +825,21 @@ pub const RELEASE_DATE: &str = "2025/01/01";
 /// `show info` as `Key: value` lines, or typed lines.
 pub fn show_info(ctx: &Ctx, fmt: InfoFormat) -> String {
     let mut out = String::with_capacity(1600);
+    if fmt == InfoFormat::Json {
+        let elems: Vec<String> = info_fields(ctx)
+            .iter()
+            .map(|f| super::typed::info_json_element(f.pos, f.name, f.tags, f.ty, &f.value))
+            .collect();
+        out.push('[');
+        out.push_str(&elems.join(","));
+        out.push_str("]\n");
+        return out;
+    }
     for f in info_fields(ctx) {
         // Writing into a String cannot fail.
         let _ = match fmt {
             InfoFormat::Plain => writeln!(out, "{}: {}", f.name, f.value),
-            InfoFormat::Typed => writeln!(
+            InfoFormat::Typed | InfoFormat::Json => writeln!(
                 out,
                 "{}.{}.1:{}:{}:{}",
                 f.pos, f.name, f.tags, f.ty, f.value

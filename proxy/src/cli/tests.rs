@@ -1261,3 +1261,28 @@ fn show_name_sets_the_name_in_show_info() {
     let out = converse(&ctx, op_session(), b"show info typed\n", true);
     assert!(out.starts_with("0.Name.1:POS:str:HAProxy\n"), "{out}");
 }
+
+/// `show stat typed` never has to drop a value: every non-empty cell shunt prints has
+/// HAProxy's tags for its kind of row.
+#[test]
+fn every_stat_cell_shunt_prints_has_typed_tags() {
+    let (ctx, _tx) = ctx();
+    let csv = render::show_stat(&ctx, render::StatFilter::ALL);
+    let mut rows = 0;
+    for row in csv.lines().skip(1).filter(|l| !l.is_empty()) {
+        let cells: Vec<&str> = row.split(',').collect();
+        let (_, k) = super::typed::kind(cells[32]).expect("row type");
+        for (col, v) in cells.iter().enumerate() {
+            if !v.is_empty() && col != 103 {
+                assert!(
+                    super::typed::field(col, k).is_some(),
+                    "{}/{}: column {col} = {v:?} has no typed tags",
+                    cells[0],
+                    cells[1]
+                );
+            }
+        }
+        rows += 1;
+    }
+    assert!(rows >= 3, "{csv}");
+}
