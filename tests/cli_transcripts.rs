@@ -104,6 +104,9 @@ enum Policy {
     Sess,
     /// `show info json`: the same field names in the same order (ours may add more).
     Json,
+    /// `show profiling`: the header lines equal; the task rows name shunt's own tasks,
+    /// so each row is checked for the table's fixed width instead.
+    Profiling,
     /// `show map ID`: one `0x… key value` line per entry. The transcripts are not a
     /// complete record of the HAProxy session (entries were added between captures),
     /// so the entries themselves are checked by tests/maps.rs, not here.
@@ -118,6 +121,10 @@ fn policy(cmd: &str) -> Policy {
         Policy::KeysPrefix
     } else if c.starts_with("show stat") {
         Policy::Csv
+    } else if c.starts_with("show profiling") {
+        Policy::Profiling
+    } else if c.starts_with("show activity") {
+        Policy::KeysPrefix
     } else if c == "show sess" {
         Policy::Sess
     } else if c.starts_with("show map ") || c.starts_with("add map") && c.contains("show map") {
@@ -374,6 +381,29 @@ fn compare(policy: Policy, theirs: &[String], ours: &[String]) -> Result<(), Str
                 return Err(format!("lines differ:\n  HAProxy: {t:?}\n  shunt:   {o:?}"));
             }
         }
+        Policy::Profiling => {
+            let head = |v: &[String]| -> usize {
+                v.iter()
+                    .position(|l| l.trim_start().starts_with("function"))
+                    .map_or(v.len(), |i| i + 1)
+            };
+            let (th, oh) = (head(&t), head(&o));
+            if t[..th] != o[..oh] {
+                return Err(format!(
+                    "profiling header differs:\n  HAProxy: {:?}\n  shunt:   {:?}",
+                    &t[..th],
+                    &o[..oh]
+                ));
+            }
+            if let Some(width) = ours[..oh].last().map(String::len) {
+                if let Some(bad) = ours[oh..]
+                    .iter()
+                    .find(|l| !l.is_empty() && (l.len() != width || !l.starts_with("  ")))
+                {
+                    return Err(format!("task row not {width} wide: {bad:?}"));
+                }
+            }
+        }
         Policy::Json => {
             let (tn, on) = (json_names(theirs), json_names(ours));
             if tn.is_empty() || on.len() < tn.len() || on[..tn.len()] != tn[..] {
@@ -542,4 +572,9 @@ fn server_state_commands_have_haproxys_shape() {
 #[test]
 fn sessions_misc_and_levels_have_haproxys_shape() {
     check_files(&["10-show-sess.txt", "13-misc.txt", "14-levels.txt"]);
+}
+
+#[test]
+fn activity_and_profiling_have_haproxys_shape() {
+    check_files(&["08-show-activity.txt", "09-profiling.txt", "20-scheduler-misc.txt"]);
 }

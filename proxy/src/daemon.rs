@@ -484,6 +484,7 @@ async fn accept_loop(state: Arc<State>, fe_idx: usize, listener: TcpListener) {
         };
         match accepted {
             Ok((sock, peer)) => {
+                scheduler::note_accepted();
                 state.conns.fetch_add(1, Ordering::Relaxed);
                 let guard = ConnGuard(state.clone());
                 let st = state.clone();
@@ -495,7 +496,7 @@ async fn accept_loop(state: Arc<State>, fe_idx: usize, listener: TcpListener) {
                     std::os::fd::AsRawFd::as_raw_fd(&sock),
                 );
                 let id = reg.id();
-                let task = scheduler::spawn(Class::Normal, "session", async move {
+                let task = scheduler::spawn(Class::Normal, scheduler::FLOW_TASK, async move {
                     let _guard = guard;
                     let _reg = reg;
                     tokio::select! {

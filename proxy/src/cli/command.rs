@@ -82,6 +82,25 @@ pub enum ParseError {
     MissingMapId,
     #[error("Missing map identifier and/or key.")]
     GetMapArgs,
+    // HAProxy 2.6's activity.c texts.
+    #[error("Expects either 'all', 'status', 'tasks', 'memory', 'byaddr' or a max number of output lines.")]
+    ShowProfilingArgs,
+    #[error("Expects either 'tasks' or 'memory'.")]
+    SetProfilingWhat,
+    #[error("Expects 'on', 'auto', or 'off'.")]
+    SetProfilingTasksMode,
+    #[error("Memory profiling not compiled in.")]
+    NoMemoryProfiling,
+}
+
+/// `show profiling [all|status|tasks|memory|byaddr|N]*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProfilingQuery {
+    pub part: super::render::ProfilingPart,
+    /// `byaddr`: shunt sorts by task name instead of call count.
+    pub by_name: bool,
+    /// A number: at most this many task rows.
+    pub max_lines: Option<usize>,
 }
 
 /// What `set server B/S ...` asks for. The server is looked up before the operation
@@ -183,6 +202,12 @@ pub enum Command {
     Unknown(Vec<String>),
     /// A blank line: nothing to run.
     Empty,
+    /// `show activity`: per-thread scheduler counters.
+    ShowActivity,
+    /// `show profiling [...]`
+    ShowProfiling(ProfilingQuery),
+    /// `set profiling tasks on|auto|off`
+    SetProfilingTasks(crate::scheduler::ProfilingMode),
 }
 
 impl Command {
@@ -205,6 +230,7 @@ impl Command {
             | Command::ClearCounters { all: true }
             | Command::ShutdownSession(_)
             | Command::ShutdownSessionsServer(_) => CliLevel::Admin,
+            Command::ShowProfiling(_) | Command::SetProfilingTasks(_) => CliLevel::Admin,
             _ => CliLevel::User,
         }
     }
@@ -341,6 +367,22 @@ pub const HELP: &[HelpEntry] = &[
         syntax: "user",
         desc: "lower the level of the current CLI session to user",
     },
+    // Scheduler commands (kept together, before `help`, `prompt` and `quit`).
+    HelpEntry {
+        keywords: &["set", "profiling"],
+        syntax: "set profiling <what> {auto|on|off}",
+        desc: "enable/disable resource profiling (tasks,memory)",
+    },
+    HelpEntry {
+        keywords: &["show", "activity"],
+        syntax: "show activity",
+        desc: "show per-thread activities",
+    },
+    HelpEntry {
+        keywords: &["show", "profiling"],
+        syntax: "show profiling [<what>|<#lines>|byaddr]*",
+        desc: "show profiling state (all,status,tasks,memory)",
+    },
     HelpEntry {
         keywords: &["help"],
         syntax: "help [<command>]",
@@ -450,7 +492,56 @@ pub fn parse(req: &Request) -> Command {
                 err: ParseError::TimeoutOnlyCli,
             },
         },
+        ["show", "activity", ..] => Command::ShowActivity,
+        ["show", "profiling", rest @ ..] => match parse_profiling_query(rest) {
+            Ok(q) => Command::ShowProfiling(q),
+            Err(err) => bad(CliLevel::Admin, err),
+        },
+        ["set", "profiling", rest @ ..] => match parse_set_profiling(rest) {
+            Ok(mode) => Command::SetProfilingTasks(mode),
+            Err(err) => bad(CliLevel::Admin, err),
+        },
         _ => Command::Unknown(req.words.clone()),
+    }
+}
+
+/// `show profiling` arguments, HAProxy's way: each word selects a part, the sort or
+/// a row count; the last part named wins.
+fn parse_profiling_query(args: &[&str]) -> Result<ProfilingQuery, ParseError> {
+    use super::render::ProfilingPart;
+    let mut q = ProfilingQuery::default();
+    for a in args {
+        match *a {
+            "all" => q.part = ProfilingPart::All,
+            "status" => q.part = ProfilingPart::Status,
+            "tasks" => q.part = ProfilingPart::Tasks,
+            "memory" => q.part = ProfilingPart::Memory,
+            "byaddr" => q.by_name = true,
+            w if w.starts_with(|c: char| c.is_ascii_digit()) => {
+                // atoi: 0 means "no limit", as in HAProxy.
+                let n = usize::try_from(atoi(w)).unwrap_or(0);
+                q.max_lines = (n > 0).then_some(n);
+            }
+            _ => return Err(ParseError::ShowProfilingArgs),
+        }
+    }
+    Ok(q)
+}
+
+/// `set profiling tasks on|auto|off` (`memory` is not compiled in, as in builds
+/// without USE_MEMORY_PROFILING).
+fn parse_set_profiling(args: &[&str]) -> Result<crate::scheduler::ProfilingMode, ParseError> {
+    use crate::scheduler::ProfilingMode;
+    match args {
+        ["memory", ..] => Err(ParseError::NoMemoryProfiling),
+        ["tasks", mode, ..] => match *mode {
+            "on" => Ok(ProfilingMode::On),
+            "auto" => Ok(ProfilingMode::Auto),
+            "off" => Ok(ProfilingMode::Off),
+            _ => Err(ParseError::SetProfilingTasksMode),
+        },
+        ["tasks"] => Err(ParseError::SetProfilingTasksMode),
+        _ => Err(ParseError::SetProfilingWhat),
     }
 }
 
@@ -676,5 +767,51 @@ mod tests {
                 "help lists '{line}' but the parser does not know it"
             );
         }
+    }
+
+    #[test]
+    fn profiling_commands() {
+        use crate::cli::render::ProfilingPart;
+        use crate::scheduler::ProfilingMode;
+        assert_eq!(p("show activity"), Command::ShowActivity);
+        assert_eq!(p("show activity 0"), Command::ShowActivity);
+        assert_eq!(
+            p("show profiling"),
+            Command::ShowProfiling(ProfilingQuery::default())
+        );
+        assert_eq!(
+            p("show profiling tasks 5 byaddr"),
+            Command::ShowProfiling(ProfilingQuery {
+                part: ProfilingPart::Tasks,
+                by_name: true,
+                max_lines: Some(5)
+            })
+        );
+        assert_eq!(
+            p("show profiling bogus"),
+            bad(CliLevel::Admin, ParseError::ShowProfilingArgs)
+        );
+        for (line, mode) in [
+            ("set profiling tasks on", ProfilingMode::On),
+            ("set profiling tasks auto", ProfilingMode::Auto),
+            ("set profiling tasks off", ProfilingMode::Off),
+        ] {
+            assert_eq!(p(line), Command::SetProfilingTasks(mode));
+        }
+        assert_eq!(
+            p("set profiling tasks maybe"),
+            bad(CliLevel::Admin, ParseError::SetProfilingTasksMode)
+        );
+        assert_eq!(
+            p("set profiling cpu on"),
+            bad(CliLevel::Admin, ParseError::SetProfilingWhat)
+        );
+        assert_eq!(
+            p("set profiling memory on"),
+            bad(CliLevel::Admin, ParseError::NoMemoryProfiling)
+        );
+        assert_eq!(p("show profiling").level(), CliLevel::Admin);
+        assert_eq!(p("set profiling tasks on").level(), CliLevel::Admin);
+        assert_eq!(p("show activity").level(), CliLevel::User);
     }
 }

@@ -92,7 +92,11 @@ impl Output {
 pub fn needs_workers(cmd: &Command) -> bool {
     matches!(
         cmd,
-        Command::ShowSess | Command::ShutdownSession(_) | Command::ShutdownSessionsServer(_)
+        Command::ShowSess
+            | Command::ShutdownSession(_)
+            | Command::ShutdownSessionsServer(_)
+            | Command::ShowActivity
+            | Command::ShowProfiling(_)
     )
 }
 
@@ -131,8 +135,39 @@ pub async fn dispatch_workers(ctx: &Ctx, cmd: Command) -> Output {
                 Output::empty()
             }
         },
+        Command::ShowActivity => {
+            let threads = gather_thread_stats(ctx).await;
+            let tid = crate::scheduler::try_thread_id().unwrap_or(0);
+            Output::Text(render::show_activity(
+                tid,
+                std::time::SystemTime::now(),
+                &threads,
+            ))
+        }
+        Command::ShowProfiling(q) => {
+            let threads = gather_thread_stats(ctx).await;
+            Output::Text(render::show_profiling(
+                crate::scheduler::profiling_status(),
+                q.part,
+                q.max_lines,
+                q.by_name,
+                &threads,
+            ))
+        }
         _ => Output::empty(),
     }
+}
+
+/// Every live worker's scheduler snapshot, in worker order (a worker that has
+/// stopped is left out).
+async fn gather_thread_stats(ctx: &Ctx) -> Vec<crate::scheduler::ThreadStats> {
+    let mut out = Vec::new();
+    for remote in ctx.state.remotes() {
+        if let Some(s) = remote.stats().await {
+            out.push(s);
+        }
+    }
+    out
 }
 
 /// Run one command for one CLI session.
@@ -286,6 +321,12 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
         }
         Command::Bad { err, .. } => Output::Text(format!("{err}\n")),
         Command::Unknown(words) => Output::Text(render::unknown(&words)),
+        Command::SetProfilingTasks(mode) => {
+            crate::scheduler::set_profiling_mode(mode);
+            Output::empty()
+        }
+        // Answered by `dispatch_workers` (the connection loop routes them there).
+        Command::ShowActivity | Command::ShowProfiling(_) => Output::empty(),
     }
 }
 

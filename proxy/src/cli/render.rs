@@ -1179,6 +1179,211 @@ pub fn sess_line(ctx: &Ctx, v: &crate::stats::flows::FlowView, out: &mut Vec<u8>
     out.extend_from_slice(line.as_bytes());
 }
 
+// ---------------------------------------------------------------- activity, profiling
+
+/// `show activity` fields that shunt has no notion of; each prints 0 on every thread:
+/// - `wake_signal`: signals are handled by a task on one worker, as reactor I/O;
+/// - `poll_exp`: tokio owns the timer wheel, and a timer that fires is not told
+///   apart from I/O readiness (such wakes are in `poll_io`);
+/// - `poll_drop_fd`, `poll_skip_fd`, `conn_dead`: no fd table shared between threads;
+/// - `pool_fail`, `buf_wait`: no buffer pools (the kernel moves the bytes);
+/// - `accq_pushed`, `accq_full`, `accq_ring`: every worker accepts on its own
+///   SO_REUSEPORT listener, so there is no accept queue between threads;
+/// - `fd_takeover`: no connection moves between threads (yet).
+fn activity_zero(_: &crate::scheduler::ThreadStats) -> u64 {
+    0
+}
+
+/// One `show activity` field: its name and how a worker's snapshot gives its value.
+type ActivityField = (&'static str, fn(&crate::scheduler::ThreadStats) -> u64);
+
+/// The `show activity` lines of HAProxy 2.6, in order (after `thread_id` and
+/// `date_now`); `avg_loop_us` is the one averaged rather than summed.
+const ACTIVITY_FIELDS: [ActivityField; 24] = [
+    // Every run: tasks and remote jobs (HAProxy: tasks and tasklets).
+    ("ctxsw", |s| s.run.iter().sum()),
+    // Task runs only (remote jobs are one-shot callbacks, like tasklets).
+    ("tasksw", |s| {
+        s.run.iter().sum::<u64>().saturating_sub(s.remote_jobs)
+    }),
+    ("empty_rq", |s| s.empty_rq),
+    ("long_rq", |s| s.long_rq),
+    // One per pass: a loop that ran tasks or one that parked.
+    ("loops", |s| s.loops + s.empty_rq),
+    ("wake_tasks", |s| s.wake_tasks),
+    ("wake_signal", activity_zero),
+    ("poll_io", |s| s.poll_io),
+    ("poll_exp", activity_zero),
+    ("poll_drop_fd", activity_zero),
+    ("poll_skip_fd", activity_zero),
+    ("conn_dead", activity_zero),
+    ("stream_calls", |s| s.stream_calls),
+    ("pool_fail", activity_zero),
+    ("buf_wait", activity_zero),
+    ("cpust_ms_tot", |s| s.cpust_ns / 1_000_000),
+    ("cpust_ms_1s", |s| s.cpust_1s_ns / 1_000_000),
+    ("cpust_ms_15s", |s| s.cpust_15s_ns / 1_000_000),
+    ("avg_loop_us", |s| s.avg_loop_us()),
+    ("accepted", |s| s.accepted),
+    ("accq_pushed", activity_zero),
+    ("accq_full", activity_zero),
+    ("accq_ring", activity_zero),
+    ("fd_takeover", activity_zero),
+];
+
+/// `show activity`: `thread_id: T (1..N)`, `date_now: SECS.USECS`, then one line per
+/// field, `name: total [ t1 t2 ... ]` (just `name: total` with one thread). `tid` is
+/// the 0-based worker serving the CLI; `threads` are the workers' snapshots in order.
+pub fn show_activity(
+    tid: usize,
+    now: std::time::SystemTime,
+    threads: &[crate::scheduler::ThreadStats],
+) -> String {
+    let n = threads.len();
+    let date = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let mut out = String::new();
+    let _ = writeln!(out, "thread_id: {} (1..{})", tid + 1, n);
+    let _ = writeln!(
+        out,
+        "date_now: {}.{:06}",
+        date.as_secs(),
+        date.subsec_micros()
+    );
+    for (name, get) in ACTIVITY_FIELDS {
+        let vals: Vec<u64> = threads.iter().map(get).collect();
+        let sum: u64 = vals.iter().sum();
+        let total = if name == "avg_loop_us" && n > 0 {
+            (sum + n as u64 / 2) / n as u64
+        } else {
+            sum
+        };
+        let _ = write!(out, "{name}: {total}");
+        if n > 1 {
+            out.push_str(" [");
+            for v in &vals {
+                let _ = write!(out, " {v}");
+            }
+            out.push_str(" ]");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// HAProxy's 7-character duration (`print_time_short`): four significant digits and
+/// a unit (`726.0ns`, `2.096us`, `4.687ms`, `42.03s `, `4.265m `, `4.736h `), zero as
+/// `   -   `. The unit is chosen before rounding, so 999.96 ns prints `1000.ns`.
+pub fn time_short(ns: u64) -> String {
+    const UNITS: [(u64, &str); 7] = [
+        (86_400_000_000_000, "d "),
+        (3_600_000_000_000, "h "),
+        (60_000_000_000, "m "),
+        (1_000_000_000, "s "),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+        (1, "ns"),
+    ];
+    let Some(&(div, unit)) = UNITS.iter().find(|(div, _)| ns >= *div) else {
+        return "   -   ".to_string();
+    };
+    let v = ns as f64 / div as f64;
+    let int_digits = if v >= 1000.0 {
+        4
+    } else if v >= 100.0 {
+        3
+    } else if v >= 10.0 {
+        2
+    } else {
+        1
+    };
+    let mut decimals: usize = 4 - int_digits;
+    let mut digits = format!("{v:.decimals$}");
+    // Rounding may add an integer digit (9.9996 -> "10.000"): keep four.
+    if digits.len() > 5 && decimals > 0 {
+        decimals -= 1;
+        digits = format!("{v:.decimals$}");
+    }
+    if decimals == 0 {
+        // C's `%#.4g` keeps the point.
+        digits.push('.');
+    }
+    format!("{digits}{unit}")
+}
+
+/// Which parts `show profiling` prints (HAProxy's `all`, `status`, `tasks`, `memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProfilingPart {
+    #[default]
+    All,
+    Status,
+    Tasks,
+    /// shunt has no memory profiling: nothing is printed for it.
+    Memory,
+}
+
+/// `show profiling`: the status lines, then the per-task table merged over the
+/// workers (calls, cpu_tot, cpu_avg, lat_tot, lat_avg), most called first (or by
+/// name with `byaddr`: shunt's tasks have names, not addresses), at most
+/// `max_lines` rows.
+pub fn show_profiling(
+    status: &str,
+    part: ProfilingPart,
+    max_lines: Option<usize>,
+    by_name: bool,
+    threads: &[crate::scheduler::ThreadStats],
+) -> String {
+    let mut out = String::new();
+    if matches!(part, ProfilingPart::All | ProfilingPart::Status) {
+        let _ = writeln!(
+            out,
+            "Per-task CPU profiling              : {status:<8}      # set profiling tasks {{on|auto|off}}"
+        );
+        let _ = writeln!(
+            out,
+            "Memory usage profiling              : {:<8}      # set profiling memory {{on|off}}",
+            "off"
+        );
+    }
+    if !matches!(part, ProfilingPart::All | ProfilingPart::Tasks) {
+        return out;
+    }
+    let mut rows: Vec<crate::scheduler::TaskProfile> = Vec::new();
+    for p in threads.iter().flat_map(|t| &t.profiling) {
+        match rows.iter_mut().find(|r| r.name == p.name) {
+            Some(r) => {
+                r.calls += p.calls;
+                r.cpu_ns = r.cpu_ns.saturating_add(p.cpu_ns);
+                r.lat_ns = r.lat_ns.saturating_add(p.lat_ns);
+            }
+            None => rows.push(p.clone()),
+        }
+    }
+    rows.retain(|r| r.calls > 0);
+    if by_name {
+        rows.sort_by(|a, b| a.name.cmp(b.name));
+    } else {
+        rows.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.name.cmp(b.name)));
+    }
+    rows.truncate(max_lines.unwrap_or(usize::MAX));
+    out.push_str("Tasks activity:\n");
+    out.push_str("  function                      calls   cpu_tot   cpu_avg   lat_tot   lat_avg\n");
+    for r in rows {
+        // Name and calls share 35 columns (at least one space between them).
+        let width = PROFILING_NAME_CALLS_WIDTH
+            .saturating_sub(r.name.len())
+            .max(1);
+        let _ = write!(out, "  {}{:>width$}", r.name, r.calls);
+        for t in [r.cpu_ns, r.cpu_ns / r.calls, r.lat_ns, r.lat_ns / r.calls] {
+            let _ = write!(out, "   {}", time_short(t));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Columns a `show profiling` row gives the task name and its call count.
+const PROFILING_NAME_CALLS_WIDTH: usize = 35;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1248,5 +1453,135 @@ mod tests {
         assert_eq!(super::human_time(125), "2m5s");
         assert_eq!(super::human_time(3_600), "1h");
         assert_eq!(super::human_time(90_061), "1d1h");
+    }
+}
+
+#[cfg(test)]
+mod activity_tests {
+    use super::*;
+    use crate::scheduler::{TaskProfile, ThreadStats};
+
+    #[test]
+    fn time_short_matches_haproxy_transcripts() {
+        // Values printed in 09-profiling.txt and the issue.
+        for (ns, want) in [
+            (726, "726.0ns"),
+            (571, "571.0ns"),
+            (952, "952.0ns"),
+            (1_082, "1.082us"),
+            (2_096, "2.096us"),
+            (11_280, "11.28us"),
+            (36_930, "36.93us"),
+            (12_310, "12.31us"),
+            (4_687_000, "4.687ms"),
+            (2_359_450, "2.359ms"),
+            (42_030_000_000, "42.03s "),
+            (255_900_000_000, "4.265m "),
+            (17_049_600_000_000, "4.736h "),
+            (0, "   -   "),
+        ] {
+            assert_eq!(time_short(ns), want, "{ns} ns");
+        }
+        // Always seven characters, also where rounding adds a digit.
+        assert_eq!(time_short(1), "1.000ns");
+        assert_eq!(time_short(9_999_600), "10.00ms");
+        assert_eq!(time_short(999_960_000_000), "16.67m ");
+        assert_eq!(time_short(999), "999.0ns");
+        for ns in [
+            1,
+            9,
+            10,
+            99,
+            999,
+            1_000,
+            59_999_999_999,
+            3_599_999_999_999,
+            u64::MAX / 1000,
+        ] {
+            assert_eq!(time_short(ns).len(), 7, "{ns}: {:?}", time_short(ns));
+        }
+    }
+
+    fn thread(id: usize, loops: u64, prof: &[(&'static str, u64, u64, u64)]) -> ThreadStats {
+        ThreadStats {
+            thread_id: id,
+            loops,
+            empty_rq: 2,
+            run: [10, 5, 1, 0],
+            remote_jobs: 3,
+            accepted: id as u64 + 1,
+            loop_us_sum: (20 + id as u64) * crate::scheduler::LOOP_AVG_SAMPLES,
+            profiling: prof
+                .iter()
+                .map(|&(name, calls, cpu_ns, lat_ns)| TaskProfile {
+                    name,
+                    calls,
+                    cpu_ns,
+                    lat_ns,
+                })
+                .collect(),
+            ..ThreadStats::default()
+        }
+    }
+
+    #[test]
+    fn show_activity_lines_are_haproxy_shaped() {
+        let now = UNIX_EPOCH + std::time::Duration::from_micros(1_795_996_278_084_923);
+        let out = show_activity(0, now, &[thread(0, 100, &[]), thread(1, 60, &[])]);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "thread_id: 1 (1..2)");
+        assert_eq!(lines[1], "date_now: 1795996278.084923");
+        assert_eq!(lines[2], "ctxsw: 32 [ 16 16 ]");
+        assert_eq!(lines[3], "tasksw: 26 [ 13 13 ]");
+        assert_eq!(lines[6], "loops: 164 [ 102 62 ]");
+        assert!(out.contains("\navg_loop_us: 21 [ 20 21 ]\n"), "{out}");
+        assert!(out.contains("\naccepted: 3 [ 1 2 ]\n"));
+        assert!(out.ends_with("fd_takeover: 0 [ 0 0 ]\n"));
+        assert_eq!(lines.len(), 2 + ACTIVITY_FIELDS.len());
+        // The field order of HAProxy 2.6 (08-show-activity.txt).
+        let names: Vec<&str> = lines
+            .iter()
+            .map(|l| l.split(':').next().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            names[2..].join(" "),
+            "ctxsw tasksw empty_rq long_rq loops wake_tasks wake_signal poll_io poll_exp \
+             poll_drop_fd poll_skip_fd conn_dead stream_calls pool_fail buf_wait cpust_ms_tot \
+             cpust_ms_1s cpust_ms_15s avg_loop_us accepted accq_pushed accq_full accq_ring \
+             fd_takeover"
+        );
+        // One thread: no per-thread list.
+        let one = show_activity(0, now, &[thread(0, 7, &[])]);
+        assert!(one.contains("\nloops: 9\n"), "{one}");
+    }
+
+    #[test]
+    fn show_profiling_merges_threads_and_sorts_by_calls() {
+        let t0 = thread(
+            0,
+            1,
+            &[("accept", 2, 21_920, 4_718_900), ("cli", 1, 0, 1_934)],
+        );
+        let t1 = thread(1, 1, &[("accept", 0, 0, 0), ("session", 3, 36_930, 2_856)]);
+        let out = show_profiling("auto-off", ProfilingPart::All, None, false, &[t0, t1]);
+        assert_eq!(
+            out,
+            "Per-task CPU profiling              : auto-off      # set profiling tasks {on|auto|off}\n\
+             Memory usage profiling              : off           # set profiling memory {on|off}\n\
+             Tasks activity:\n\
+             \x20 function                      calls   cpu_tot   cpu_avg   lat_tot   lat_avg\n\
+             \x20 session                           3   36.93us   12.31us   2.856us   952.0ns\n\
+             \x20 accept                            2   21.92us   10.96us   4.719ms   2.359ms\n\
+             \x20 cli                               1      -         -      1.934us   1.934us\n"
+        );
+        let tasks = show_profiling("on", ProfilingPart::Tasks, Some(1), false, &[]);
+        assert!(tasks.starts_with("Tasks activity:\n"));
+        let status = show_profiling("on", ProfilingPart::Status, None, false, &[]);
+        assert_eq!(status.lines().count(), 2);
+        assert!(status.starts_with("Per-task CPU profiling              : on            #"));
+        assert_eq!(
+            show_profiling("on", ProfilingPart::Memory, None, false, &[]),
+            ""
+        );
     }
 }

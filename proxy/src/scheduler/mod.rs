@@ -42,10 +42,18 @@ pub use budget::{
     RUNQUEUE_DEPTH_MAX, RUNQUEUE_DEPTH_MIN, RUNQUEUE_DEPTH_ONE_THREAD,
 };
 pub use remote::Remote;
-pub use stats::{profiling, set_profiling, TaskProfile, ThreadStats};
+pub use stats::{
+    profiling, profiling_active, profiling_mode, profiling_status, set_profiling,
+    set_profiling_mode, swrate_add, swrate_avg, FreqCtr, ProfilingMode, TaskProfile, ThreadStats,
+    AUTO_OFF_US, AUTO_ON_US, LOOP_AVG_SAMPLES,
+};
 pub use task::TaskHandle;
 
 use worker::{with_current, Installed, Worker};
+
+/// Name of the per-flow task (accept → route → connect → hand off → close); its
+/// runs are counted as `stream_calls` in `show activity`.
+pub const FLOW_TASK: &str = "session";
 
 /// Task class (HAProxy TL_URGENT, TL_NORMAL, TL_BULK, TL_HEAVY).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -221,6 +229,12 @@ pub fn stats() -> ThreadStats {
         Some(s) => s,
         None => panic!("scheduler::stats() called off a worker thread"),
     }
+}
+
+/// Count a connection accepted by a listener of the current worker
+/// (`accepted` in `show activity`); a no-op off a worker thread.
+pub fn note_accepted() {
+    with_current(Worker::note_accepted);
 }
 
 /// Class the running task was queued in (`Urgent` inside a remote job); `None`

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::task::Waker;
 
+use super::stats::ThreadStats;
 use super::task::Header;
 
 /// A closure sent to run on a worker's thread.
@@ -123,6 +124,18 @@ impl Remote {
     /// without running.
     pub fn run(&self, f: Box<dyn FnOnce() + Send>) {
         self.shared.send(Inbox::Run(f));
+    }
+
+    /// A snapshot of the worker's counters and profiling, taken on its own
+    /// thread by an Urgent job; `None` if the worker has returned.
+    pub async fn stats(&self) -> Option<ThreadStats> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.run(Box::new(move || {
+            if let Some(s) = super::worker::with_current(super::worker::Worker::snapshot) {
+                let _ = tx.send(s);
+            }
+        }));
+        rx.await.ok()
     }
 
     /// The index of the worker this handle reaches.

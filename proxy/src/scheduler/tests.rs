@@ -595,6 +595,8 @@ fn abort_drops_the_future_from_any_thread() {
 
 #[test]
 fn profiling_counts_calls_cpu_and_latency() {
+    // The default is `auto`; no other test changes the mode or reads the tables.
+    set_profiling_mode(ProfilingMode::On);
     run(async {
         let busy = spawn(Class::Normal, "prof-busy", async {
             let t = Instant::now();
@@ -695,4 +697,157 @@ fn bench_overhead() {
             stats().loops
         );
     });
+}
+
+// ---------------------------------------------------------------- activity
+
+#[test]
+fn swrate_converges_to_a_constant_input() {
+    let mut sum = 0;
+    for _ in 0..20 * LOOP_AVG_SAMPLES {
+        sum = swrate_add(sum, LOOP_AVG_SAMPLES, 1000);
+    }
+    assert_eq!(swrate_avg(sum, LOOP_AVG_SAMPLES), 1000);
+    // A step down moves the average by about 63% after one window of samples.
+    for _ in 0..LOOP_AVG_SAMPLES {
+        sum = swrate_add(sum, LOOP_AVG_SAMPLES, 0);
+    }
+    let avg = swrate_avg(sum, LOOP_AVG_SAMPLES);
+    assert!((300..=420).contains(&avg), "{avg}");
+    // One slow loop barely moves it.
+    let one = swrate_avg(swrate_add(sum, LOOP_AVG_SAMPLES, 100_000), LOOP_AVG_SAMPLES);
+    assert!(one < avg + 200, "{one} vs {avg}");
+}
+
+#[test]
+fn auto_profiling_switches_with_hysteresis() {
+    use ProfilingMode::*;
+    assert_eq!((AUTO_ON_US, AUTO_OFF_US), (1000, 990));
+    // Off → on only at the "up" threshold.
+    assert!(!profiling_active(Auto, false, 999));
+    assert!(profiling_active(Auto, false, 1000));
+    // On → off only below the "down" threshold.
+    assert!(profiling_active(Auto, true, 995));
+    assert!(profiling_active(Auto, true, 990));
+    assert!(!profiling_active(Auto, true, 989));
+    // Forced modes ignore the load.
+    assert!(profiling_active(On, false, 0));
+    assert!(!profiling_active(Off, true, 1_000_000));
+
+    // Fed with loop times, the switch follows the sliding average.
+    let (mut sum, mut active) = (0, false);
+    let feed = |us: u64, n: u64, sum: &mut u64, active: &mut bool| {
+        for _ in 0..n {
+            *sum = swrate_add(*sum, LOOP_AVG_SAMPLES, us);
+            *active = profiling_active(Auto, *active, swrate_avg(*sum, LOOP_AVG_SAMPLES));
+        }
+    };
+    feed(500, 5000, &mut sum, &mut active);
+    assert!(!active, "500 us loops stay off");
+    feed(2000, 5000, &mut sum, &mut active);
+    assert!(active, "2 ms loops switch it on");
+    feed(995, 5000, &mut sum, &mut active);
+    assert!(active, "995 us is inside the hysteresis band");
+    feed(900, 5000, &mut sum, &mut active);
+    assert!(!active, "900 us loops switch it off");
+}
+
+#[test]
+fn freq_ctr_reads_the_last_period() {
+    const P: u64 = 1_000_000_000;
+    let mut f = FreqCtr::new(P);
+    f.add(0, 10);
+    assert_eq!(f.read(P / 2), 10);
+    f.add(P / 2, 10);
+    assert_eq!(f.read(P - 1), 20);
+    // Half-way into the next period, half of the previous one still counts.
+    assert_eq!(f.read(P + P / 2), 10);
+    f.add(P + P / 2, 4);
+    assert_eq!(f.read(P + P / 2), 14);
+    // Two idle periods later, nothing is left.
+    assert_eq!(f.read(4 * P), 0);
+    f.add(10 * P, 1);
+    assert_eq!(f.read(10 * P), 1);
+}
+
+#[test]
+fn activity_counters_are_measured() {
+    run(async {
+        let before = stats();
+        // Three sleeps: three parks with nothing queued, woken by a timer.
+        for _ in 0..3 {
+            sleep(Duration::from_millis(2)).await;
+        }
+        let flows: Vec<_> = (0..4)
+            .map(|_| {
+                spawn(Class::Normal, FLOW_TASK, async {
+                    yield_now().await;
+                })
+            })
+            .collect();
+        for f in &flows {
+            wait_finished(f).await;
+        }
+        note_accepted();
+        note_accepted();
+        let after = stats();
+        assert!(after.loops > before.loops);
+        assert!(after.empty_rq >= before.empty_rq + 3, "{after:?}");
+        assert!(after.poll_io >= before.poll_io + 3, "{after:?}");
+        assert_eq!(
+            after.stream_calls - before.stream_calls,
+            8,
+            "two runs per flow task"
+        );
+        assert_eq!(after.accepted - before.accepted, 2);
+        assert!(after.avg_loop_us() < 1_000_000);
+    });
+}
+
+#[test]
+fn long_rq_and_wake_tasks_count_leftover_work() {
+    run(async {
+        let before = stats();
+        // More self-yielding tasks than a loop's budget: loops end with work queued.
+        let depth = cfg().depth();
+        let tasks: Vec<_> = (0..depth * 3)
+            .map(|_| {
+                spawn(Class::Normal, "busy", async {
+                    for _ in 0..3 {
+                        yield_now().await;
+                    }
+                })
+            })
+            .collect();
+        for t in &tasks {
+            wait_finished(t).await;
+        }
+        let after = stats();
+        assert!(after.long_rq > before.long_rq, "{after:?}");
+        assert!(after.wake_tasks >= after.long_rq - before.long_rq);
+    });
+}
+
+#[test]
+fn remote_stats_reach_another_worker() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        run_worker(1, cfg(), async move {
+            note_accepted();
+            let _ = tx.send(remote());
+            // Stay alive long enough to answer.
+            sleep(Duration::from_millis(500)).await;
+        });
+    });
+    let r = rx.recv_timeout(WAIT).expect("remote");
+    run(async move {
+        let s = timeout(WAIT, r.stats())
+            .await
+            .expect("answer")
+            .expect("alive");
+        assert_eq!(s.thread_id, 1);
+        assert_eq!(s.accepted, 1);
+        assert!(s.remote_jobs <= 1);
+    });
+    worker.join().expect("worker");
 }

@@ -18,6 +18,13 @@
 //!    deferred until the driver has been polled without blocking), or, if nothing
 //!    is queued, park: return `Pending` until a waker of ours fires.
 //!
+//! Activity counters (`show activity`) are taken around that cycle: the awake
+//! time of each pass (from the reactor's return to the next reactor turn) feeds
+//! the sliding loop-time average, which also drives `set profiling tasks auto`;
+//! a pass that parks counts in `empty_rq`, a loop that leaves work queued in
+//! `long_rq`, a reactor turn taken with work pending in `wake_tasks`, and a turn
+//! during which the reactor woke a task (a wake with no task running) in `poll_io`.
+//!
 //! # Race window
 //! Parking: `park` stores the `block_on` waker, then checks the queues and the
 //! inbox flag, then sets `idle`. A local wake after that sees `idle` and wakes
@@ -38,9 +45,9 @@ use tokio::runtime::Runtime;
 
 use super::budget::budgets;
 use super::remote::{Inbox, Job, Shared};
-use super::stats::{self, ProfTable, ThreadStats};
+use super::stats::{self, FreqCtr, ProfTable, ThreadStats};
 use super::task::{key_generation, key_slot, make_key, Header, TaskHandle, TaskKey};
-use super::{Class, SchedConfig};
+use super::{Class, SchedConfig, FLOW_TASK};
 
 /// Most inbox messages taken per loop: a flood from other threads cannot keep
 /// the worker from its own queues and its reactor.
@@ -58,8 +65,9 @@ const LOOP_TRACE_MAX: usize = 1 << 20;
 /// need 2^32 slots).
 const JOB_KEY: TaskKey = u64::MAX;
 
-/// Name under which remote jobs are profiled.
-const JOB_NAME: &str = "<remote job>";
+/// Name under which remote jobs are profiled (one word: `show profiling` rows are
+/// split on blanks by tools).
+const JOB_NAME: &str = "remote-job";
 
 thread_local! {
     static CURRENT: RefCell<Option<Rc<Worker>>> = const { RefCell::new(None) };
@@ -84,6 +92,23 @@ pub(crate) fn wake_on_owner(h: &Arc<Header>) -> bool {
         }
     })
     .unwrap_or(false)
+}
+
+/// Clock readings at the start of one pass of the scheduler loop.
+#[derive(Clone, Copy)]
+pub(crate) struct PassStart {
+    /// ns since the worker's epoch.
+    wall: u64,
+    /// Thread CPU time (ns), or `None` when stolen time is not measured this pass.
+    cpu: Option<u64>,
+}
+
+/// Stolen CPU time of one worker (`cpust_ms_*`).
+#[derive(Clone, Copy)]
+struct Cpust {
+    total_ns: u64,
+    last_1s: FreqCtr,
+    last_15s: FreqCtr,
 }
 
 /// A queued task, with its wake time (ns since the worker's epoch; 0 = unknown).
@@ -184,6 +209,23 @@ pub(crate) struct Worker {
     remote_jobs: Cell<u64>,
     prof: RefCell<ProfTable>,
     job_prof: u32,
+    /// Profiling index of [`FLOW_TASK`] (its runs are `stream_calls`).
+    flow_prof: u32,
+    /// Whether task profiling is active on this worker (see `stats.rs`).
+    prof_active: Cell<bool>,
+    /// Last profiling reset epoch seen.
+    prof_epoch: Cell<u64>,
+    empty_rq: Cell<u64>,
+    long_rq: Cell<u64>,
+    wake_tasks: Cell<u64>,
+    poll_io: Cell<u64>,
+    stream_calls: Cell<u64>,
+    accepted: Cell<u64>,
+    /// Wakes made on this thread with no task running (the reactor's, mostly).
+    reactor_wakes: Cell<u64>,
+    /// Sliding sum of the awake µs per pass (`stats::swrate_add`).
+    loop_us_sum: Cell<u64>,
+    cpust: Cell<Cpust>,
     #[cfg(test)]
     trace: RefCell<Option<Vec<[u32; 4]>>>,
 }
@@ -193,6 +235,11 @@ impl Worker {
         let (shared, inbox) = Shared::new(thread_id);
         let mut prof = ProfTable::default();
         let job_prof = prof.intern(JOB_NAME);
+        let flow_prof = prof.intern(FLOW_TASK);
+        let active = stats::profiling_active(stats::profiling_mode(), false, 0);
+        if active {
+            stats::note_active(true);
+        }
         Rc::new(Self {
             shared,
             thread_id,
@@ -214,6 +261,22 @@ impl Worker {
             remote_jobs: Cell::new(0),
             prof: RefCell::new(prof),
             job_prof,
+            flow_prof,
+            prof_active: Cell::new(active),
+            prof_epoch: Cell::new(stats::reset_epoch()),
+            empty_rq: Cell::new(0),
+            long_rq: Cell::new(0),
+            wake_tasks: Cell::new(0),
+            poll_io: Cell::new(0),
+            stream_calls: Cell::new(0),
+            accepted: Cell::new(0),
+            reactor_wakes: Cell::new(0),
+            loop_us_sum: Cell::new(0),
+            cpust: Cell::new(Cpust {
+                total_ns: 0,
+                last_1s: FreqCtr::new(stats::CPUST_PERIOD_1S_NS),
+                last_15s: FreqCtr::new(stats::CPUST_PERIOD_15S_NS),
+            }),
             #[cfg(test)]
             trace: RefCell::new(None),
         })
@@ -225,7 +288,7 @@ impl Worker {
 
     /// Wake time for an entry queued now (see `stats.rs` for the approximation).
     fn stamp(&self) -> u64 {
-        if !stats::profiling() {
+        if !self.prof_active.get() {
             0
         } else if self.current.get().is_some() {
             self.now_ns.get()
@@ -301,6 +364,9 @@ impl Worker {
 
     /// A task of this worker was woken on this thread: classify and queue it.
     pub(crate) fn wake_local(&self, h: &Header) {
+        if self.current.get().is_none() {
+            self.reactor_wakes.set(self.reactor_wakes.get() + 1);
+        }
         let class = if h.heavy {
             Class::Heavy
         } else {
@@ -357,11 +423,65 @@ impl Worker {
         }
     }
 
+    /// Start of one pass: clock readings, and the profiling reset if one was asked.
+    fn pass_begin(&self) -> PassStart {
+        let wall = self.clock();
+        let epoch = stats::reset_epoch();
+        if epoch != self.prof_epoch.get() {
+            self.prof_epoch.set(epoch);
+            self.prof.borrow_mut().reset();
+        }
+        // Two CPU-clock reads per pass (a syscall each): only while profiling.
+        let cpu = self
+            .prof_active
+            .get()
+            .then(crate::sys::thread_cpu_ns)
+            .filter(|&c| c != 0);
+        PassStart { wall, cpu }
+    }
+
+    /// End of one pass, just before the reactor turn: loop-time average, stolen
+    /// time, and the `auto` profiling decision.
+    fn pass_end(&self, start: PassStart) {
+        let end = self.clock();
+        let wall = end.saturating_sub(start.wall);
+        let sum = stats::swrate_add(self.loop_us_sum.get(), stats::LOOP_AVG_SAMPLES, wall / 1000);
+        self.loop_us_sum.set(sum);
+        if let Some(cpu0) = start.cpu {
+            let cpu = crate::sys::thread_cpu_ns().saturating_sub(cpu0);
+            let stolen = wall.saturating_sub(cpu);
+            if stolen >= stats::STOLEN_MIN_NS {
+                let mut c = self.cpust.get();
+                c.total_ns = c.total_ns.saturating_add(stolen);
+                c.last_1s.add(end, stolen);
+                c.last_15s.add(end, stolen);
+                self.cpust.set(c);
+            }
+        }
+        let was = self.prof_active.get();
+        let now = stats::profiling_active(
+            stats::profiling_mode(),
+            was,
+            stats::swrate_avg(sum, stats::LOOP_AVG_SAMPLES),
+        );
+        if now != was {
+            self.prof_active.set(now);
+            stats::note_active(now);
+        }
+    }
+
+    /// Leave the active-worker count at exit.
+    fn retire_profiling(&self) {
+        if self.prof_active.replace(false) {
+            stats::note_active(false);
+        }
+    }
+
     /// One pass over the classes. Returns true when `main` has completed.
-    fn run_loop(&self) -> bool {
-        let prof = stats::profiling();
+    fn run_loop(&self, start: &PassStart) -> bool {
+        let prof = self.prof_active.get();
         if prof {
-            self.now_ns.set(self.clock());
+            self.now_ns.set(start.wall);
         }
         let mut budget = budgets(self.depth, self.rq.borrow().lens());
         let mut ran = [0u32; 4];
@@ -404,6 +524,9 @@ impl Worker {
             }
         }
         self.loops.set(self.loops.get() + 1);
+        if !self.rq.borrow().is_empty() {
+            self.long_rq.set(self.long_rq.get() + 1);
+        }
         let mut run = self.run.get();
         for (total, n) in run.iter_mut().zip(ran) {
             *total += u64::from(n);
@@ -437,6 +560,9 @@ impl Worker {
             return self.finish(e.key, task);
         }
         let start = if prof { self.now_ns.get() } else { 0 };
+        if task.prof == self.flow_prof {
+            self.stream_calls.set(self.stream_calls.get() + 1);
+        }
         self.current.set(Some((e.key, class)));
         let poll = task
             .fut
@@ -454,8 +580,6 @@ impl Worker {
             self.prof
                 .borrow_mut()
                 .record(task.prof, lat, end.saturating_sub(start));
-        } else {
-            self.prof.borrow_mut().count_call(task.prof);
         }
         if poll.is_ready() || task.header.aborted.load(Ordering::Acquire) {
             return self.finish(e.key, task);
@@ -511,8 +635,6 @@ impl Worker {
             self.prof
                 .borrow_mut()
                 .record(self.job_prof, lat, end.saturating_sub(start));
-        } else {
-            self.prof.borrow_mut().count_call(self.job_prof);
         }
     }
 
@@ -546,6 +668,8 @@ impl Worker {
     }
 
     pub(crate) fn snapshot(&self) -> ThreadStats {
+        let now = self.clock();
+        let cpust = self.cpust.get();
         ThreadStats {
             thread_id: self.thread_id,
             loops: self.loops.get(),
@@ -555,8 +679,24 @@ impl Worker {
             tasks: self.slab.borrow().live,
             remote_wakes: self.remote_wakes.get(),
             remote_jobs: self.remote_jobs.get(),
+            empty_rq: self.empty_rq.get(),
+            long_rq: self.long_rq.get(),
+            wake_tasks: self.wake_tasks.get(),
+            poll_io: self.poll_io.get(),
+            stream_calls: self.stream_calls.get(),
+            accepted: self.accepted.get(),
+            loop_us_sum: self.loop_us_sum.get(),
+            profiling_active: self.prof_active.get(),
+            cpust_ns: cpust.total_ns,
+            cpust_1s_ns: cpust.last_1s.read(now),
+            cpust_15s_ns: cpust.last_15s.read(now),
             profiling: self.prof.borrow().entries.clone(),
         }
+    }
+
+    /// A listener of this worker accepted a connection.
+    pub(crate) fn note_accepted(&self) {
+        self.accepted.set(self.accepted.get() + 1);
     }
 
     #[cfg(test)]
@@ -582,14 +722,28 @@ pub(crate) async fn sched_main(w: Rc<Worker>) {
     })
     .await;
     loop {
+        let start = w.pass_begin();
         w.drain_inbox();
-        if w.has_work() {
-            if w.run_loop() {
+        let reactor_wakes = if w.has_work() {
+            if w.run_loop(&start) {
                 return;
             }
+            if w.has_work() || w.shared.is_notified() {
+                w.wake_tasks.set(w.wake_tasks.get() + 1);
+            }
+            w.pass_end(start);
+            let before = w.reactor_wakes.get();
             tokio::task::yield_now().await;
+            w.reactor_wakes.get() - before
         } else {
+            w.empty_rq.set(w.empty_rq.get() + 1);
+            w.pass_end(start);
+            let before = w.reactor_wakes.get();
             std::future::poll_fn(|cx| w.park(cx)).await;
+            w.reactor_wakes.get() - before
+        };
+        if reactor_wakes > 0 {
+            w.poll_io.set(w.poll_io.get() + 1);
         }
     }
 }
@@ -614,6 +768,7 @@ impl<'rt> Installed<'rt> {
 impl Drop for Installed<'_> {
     fn drop(&mut self) {
         self.worker.shared.close();
+        self.worker.retire_profiling();
         {
             let _ctx = self.rt.enter();
             self.worker.teardown();

@@ -12,3 +12,22 @@ pub mod bpf;
 pub mod caps;
 pub mod pipe;
 pub mod sock;
+
+/// CPU time consumed by the calling thread, in nanoseconds
+/// (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`); 0 if the clock cannot be read.
+/// Used by the scheduler to measure stolen CPU time (`show activity`).
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call, and
+    // CLOCK_THREAD_CPUTIME_ID is a clock every Linux kernel supports.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+}
