@@ -1,7 +1,8 @@
 //! The running process: listeners, worker threads, signals, pidfile, stop.
 //!
 //! Owns the shared [`State`] (immutable config, backend runtime state,
-//! counters, connection gauges) and the life cycle:
+//! counters, connection gauges, the maxconn [`Limits`] in force) and the life
+//! cycle:
 //! `Running` → (`SIGUSR1`) `SoftStop` → (last flow ends or `hard-stop-after`)
 //! exit; `SIGTERM`/`SIGINT` → `HardStop`: listeners close and every flow is
 //! closed at once. All listening sockets are bound before any thread starts,
@@ -79,6 +80,8 @@ pub struct State {
     pub nbthread: usize,
     /// Current flows in the process (global maxconn).
     pub conns: AtomicUsize,
+    /// The global and frontend maxconn in force (the CLI may change them).
+    pub limits: Limits,
     /// Signalled whenever a flow ends, to resume paused accept loops.
     pub conn_released: Notify,
     pub phase: watch::Receiver<Phase>,
@@ -97,6 +100,51 @@ impl State {
             .clone();
         v.sort_by_key(scheduler::Remote::thread_id);
         v
+    }
+}
+
+/// The connection limits the accept loops enforce: the configured `maxconn`s at
+/// start, changed at run time by `set maxconn global|frontend`. A change applies
+/// to the next accept; flows already accepted are not disturbed.
+#[derive(Debug)]
+pub struct Limits {
+    global: AtomicUsize,
+    /// Per frontend, in config order; 0 = bounded by the global limit only.
+    frontends: Vec<AtomicUsize>,
+}
+
+impl Limits {
+    pub fn new(config: &Config) -> Self {
+        Self {
+            global: AtomicUsize::new(config.global.maxconn),
+            frontends: config
+                .frontends
+                .iter()
+                .map(|f| AtomicUsize::new(f.maxconn))
+                .collect(),
+        }
+    }
+
+    /// The process-wide limit in force.
+    pub fn global(&self) -> usize {
+        self.global.load(Ordering::Relaxed)
+    }
+
+    pub fn set_global(&self, n: usize) {
+        self.global.store(n, Ordering::Relaxed);
+    }
+
+    /// Frontend `fi`'s limit in force (0 = global only; unknown index = 0).
+    pub fn frontend(&self, fi: usize) -> usize {
+        self.frontends
+            .get(fi)
+            .map_or(0, |m| m.load(Ordering::Relaxed))
+    }
+
+    pub fn set_frontend(&self, fi: usize, n: usize) {
+        if let Some(m) = self.frontends.get(fi) {
+            m.store(n, Ordering::Relaxed);
+        }
     }
 }
 
@@ -282,6 +330,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         flows_by_mode: Default::default(),
         nbthread,
         conns: AtomicUsize::new(0),
+        limits: Limits::new(&config),
         conn_released: Notify::new(),
         phase: phase_rx,
         remotes: std::sync::Mutex::new(Vec::with_capacity(nbthread)),
@@ -445,10 +494,10 @@ async fn worker_main(
     }
 }
 
-/// Whether a new flow fits under the global and frontend maxconn.
+/// Whether a new flow fits under the global and frontend maxconn in force.
 fn has_room(state: &State, fe_idx: usize) -> bool {
-    let fe_max = state.config.frontends[fe_idx].maxconn;
-    state.conns.load(Ordering::Relaxed) < state.config.global.maxconn
+    let fe_max = state.limits.frontend(fe_idx);
+    state.conns.load(Ordering::Relaxed) < state.limits.global()
         && (fe_max == 0 || state.stats.frontends[fe_idx].scur() < fe_max)
 }
 
@@ -462,21 +511,30 @@ impl Drop for ConnGuard {
     }
 }
 
+/// Wait until a new flow fits (true), or the process stops running (false).
+async fn wait_for_room(state: &State, fe_idx: usize, phase: &mut watch::Receiver<Phase>) -> bool {
+    loop {
+        if *phase.borrow() != Phase::Running {
+            return false;
+        }
+        if has_room(state, fe_idx) {
+            return true;
+        }
+        let released = state.conn_released.notified();
+        tokio::select! {
+            _ = released => {}
+            _ = tokio::time::sleep(ACCEPT_PAUSE_RECHECK) => {}
+            _ = phase.changed() => {}
+        }
+    }
+}
+
 async fn accept_loop(state: Arc<State>, fe_idx: usize, listener: TcpListener) {
     let mut phase = state.phase.clone();
     loop {
-        if *phase.borrow() != Phase::Running {
+        // Stop accepting while full: the kernel keeps new clients in the backlog.
+        if !wait_for_room(&state, fe_idx, &mut phase).await {
             break;
-        }
-        if !has_room(&state, fe_idx) {
-            // Stop accepting while full: the kernel keeps new clients in the backlog.
-            let released = state.conn_released.notified();
-            tokio::select! {
-                _ = released => {}
-                _ = tokio::time::sleep(ACCEPT_PAUSE_RECHECK) => {}
-                _ = phase.changed() => {}
-            }
-            continue;
         }
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -485,6 +543,14 @@ async fn accept_loop(state: Arc<State>, fe_idx: usize, listener: TcpListener) {
         match accepted {
             Ok((sock, peer)) => {
                 scheduler::note_accepted();
+                // An accept armed while there was room can complete after the
+                // limit was reached (a flow of another worker, or a lower limit
+                // from `set maxconn`): hold this client, as the backlog would,
+                // until it fits. Two workers passing the check at once can still
+                // overshoot by one each: the check and the count are not atomic.
+                if !wait_for_room(&state, fe_idx, &mut phase).await {
+                    break;
+                }
                 state.conns.fetch_add(1, Ordering::Relaxed);
                 let guard = ConnGuard(state.clone());
                 let st = state.clone();

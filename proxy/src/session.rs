@@ -243,7 +243,7 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
         };
         let srv_idx = s.index();
         let srv_ctr = &state.stats.servers[be_idx][srv_idx];
-        match connect(s.server().addr, be.timeouts.connect).await {
+        match connect(s.server().addr(), be.timeouts.connect).await {
             Ok(conn) => {
                 srv_ctr.event(Event::Session);
                 server = Some(conn);

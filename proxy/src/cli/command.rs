@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::config::CliLevel;
+use crate::config::{CliLevel, MAX_MAXCONN};
 
 use super::frame::Request;
 
@@ -91,6 +91,57 @@ pub enum ParseError {
     SetProfilingTasksMode,
     #[error("Memory profiling not compiled in.")]
     NoMemoryProfiling,
+    // The texts below are HAProxy 2.6's (cli.c, proxy.c, server.c). The two
+    // "garbage" ones have no newline in HAProxy either (see WEIGHT_* in dispatch).
+    #[error("one of 'none', 'number', 'string' is a required argument")]
+    SeverityOutputArgs,
+    #[error("Integer value expected.")]
+    IntegerExpected,
+    #[error("Value out of range.")]
+    ValueOutOfRange,
+    #[error("Require <maxconn>.")]
+    MaxconnMissing,
+    #[error("maxconn string empty or preceded by garbage")]
+    MaxconnGarbageBefore,
+    #[error("Trailing garbage in maxconn string")]
+    MaxconnTrailing,
+    /// `prompt` with an unknown word: HAProxy 3.x answers its usage as an error.
+    #[error("{PROMPT_USAGE}")]
+    PromptArgs,
+}
+
+/// `prompt help` (and the error for a bad `prompt` word): HAProxy 3.x's text,
+/// without the final newline (the renderer adds it).
+pub const PROMPT_USAGE: &str = "Usage: prompt [help | n | i | p | timed]*\n\
+Changes the default prompt and interactive mode. Available options:\n  \
+help    display this help\n  \
+n       set to single-command mode (no prompt, single command)\n  \
+i       set to interactive mode only (no prompt, multi-command)\n  \
+p       set to prompt+interactive mode (prompt + multi-command)\n  \
+timed   toggle displaying the current date in the prompt\n\
+Without any argument, toggles between n/i->p, p->n.";
+
+/// `set severity-output`: how messages (not dumps) are tagged with their severity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SeverityOutput {
+    /// No tag (the default).
+    #[default]
+    None,
+    /// `[3]: ` (the syslog number).
+    Number,
+    /// `[err]: ` (the syslog name).
+    String,
+}
+
+/// `prompt n|i|p`: the mode asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptMode {
+    /// Non-interactive: close after the current line.
+    NonInteractive,
+    /// Interactive without a prompt.
+    Interactive,
+    /// Interactive with the `> ` prompt.
+    Prompt,
 }
 
 /// `show profiling [all|status|tasks|memory|byaddr|N]*`.
@@ -119,6 +170,11 @@ pub enum ServerOp {
     BadHealth,
     /// No known operation: HAProxy prints the usage line.
     Usage,
+    /// `addr IP [port P]` (the raw words; `port` is `Some("")` when the word
+    /// `port` has no value, which HAProxy reports as a bad port).
+    Addr { addr: String, port: Option<String> },
+    /// `addr` without an address.
+    AddrMissing,
 }
 
 /// Administrative state set by `set server B/S state`.
@@ -208,6 +264,32 @@ pub enum Command {
     ShowProfiling(ProfilingQuery),
     /// `set profiling tasks on|auto|off`
     SetProfilingTasks(crate::scheduler::ProfilingMode),
+    /// `show version`
+    ShowVersion,
+    /// `set severity-output none|number|string`
+    SetSeverityOutput(SeverityOutput),
+    /// `prompt` with words: `n|i|p` sets the mode, `timed` toggles the time in the
+    /// prompt (and implies `p` unless a mode is given).
+    PromptSet {
+        mode: Option<PromptMode>,
+        timed: bool,
+    },
+    /// `prompt help`
+    PromptHelp,
+    /// `set maxconn server B/S N` (the value parsed; its error is reported after
+    /// the server lookup, as HAProxy does).
+    SetMaxconnServer {
+        target: String,
+        value: Result<usize, ParseError>,
+    },
+    /// `set maxconn frontend F N` (the value's error comes after the lookup).
+    SetMaxconnFrontend {
+        frontend: String,
+        value: Result<usize, ParseError>,
+    },
+    /// `set maxconn global N`: HAProxy's `atoi` of the word (checked against the
+    /// configured limit by dispatch; `<= 0` means the configured limit).
+    SetMaxconnGlobal(i64),
 }
 
 impl Command {
@@ -229,7 +311,10 @@ impl Command {
             | Command::DisableServer(_)
             | Command::ClearCounters { all: true }
             | Command::ShutdownSession(_)
-            | Command::ShutdownSessionsServer(_) => CliLevel::Admin,
+            | Command::ShutdownSessionsServer(_)
+            | Command::SetMaxconnServer { .. }
+            | Command::SetMaxconnFrontend { .. }
+            | Command::SetMaxconnGlobal(_) => CliLevel::Admin,
             Command::ShowProfiling(_) | Command::SetProfilingTasks(_) => CliLevel::Admin,
             _ => CliLevel::User,
         }
@@ -398,6 +483,31 @@ pub const HELP: &[HelpEntry] = &[
         syntax: "quit",
         desc: "disconnect",
     },
+    HelpEntry {
+        keywords: &["show", "version"],
+        syntax: "show version",
+        desc: "show version of the current process",
+    },
+    HelpEntry {
+        keywords: &["set", "severity-output"],
+        syntax: "set severity-output [none|number|string]",
+        desc: "set presence of severity level in feedback information",
+    },
+    HelpEntry {
+        keywords: &["set", "maxconn", "frontend"],
+        syntax: "set maxconn frontend <frontend> <value>",
+        desc: "change a frontend's maxconn setting",
+    },
+    HelpEntry {
+        keywords: &["set", "maxconn", "global"],
+        syntax: "set maxconn global <value>",
+        desc: "change the per-process maxconn setting",
+    },
+    HelpEntry {
+        keywords: &["set", "maxconn", "server"],
+        syntax: "set maxconn server <bk>/<srv>",
+        desc: "change a server's maxconn setting",
+    },
 ];
 
 /// Parse one request. Never fails: unknown input becomes [`Command::Unknown`].
@@ -406,7 +516,7 @@ pub fn parse(req: &Request) -> Command {
     match w.as_slice() {
         [] => Command::Empty,
         ["help", rest @ ..] => Command::Help(rest.iter().map(|s| s.to_string()).collect()),
-        ["prompt", ..] => Command::Prompt,
+        ["prompt", rest @ ..] => parse_prompt(rest),
         ["quit", ..] => Command::Quit,
         ["operator", ..] => Command::SetLevel(CliLevel::Operator),
         ["user", ..] => Command::SetLevel(CliLevel::User),
@@ -501,6 +611,28 @@ pub fn parse(req: &Request) -> Command {
             Ok(mode) => Command::SetProfilingTasks(mode),
             Err(err) => bad(CliLevel::Admin, err),
         },
+        ["show", "version", ..] => Command::ShowVersion,
+        ["set", "severity-output", rest @ ..] => match rest.first().copied() {
+            Some("none") => Command::SetSeverityOutput(SeverityOutput::None),
+            Some("number") => Command::SetSeverityOutput(SeverityOutput::Number),
+            Some("string") => Command::SetSeverityOutput(SeverityOutput::String),
+            _ => bad(CliLevel::User, ParseError::SeverityOutputArgs),
+        },
+        ["set", "maxconn", "server", rest @ ..] => Command::SetMaxconnServer {
+            target: first(rest),
+            value: parse_server_maxconn(rest.get(1).copied().unwrap_or("")),
+        },
+        ["set", "maxconn", "frontend", rest @ ..] => Command::SetMaxconnFrontend {
+            frontend: first(rest),
+            value: match rest.get(1) {
+                None => Err(ParseError::IntegerExpected),
+                Some(w) => usize::try_from(atoi(w))
+                    .map(|n| n.min(MAX_MAXCONN))
+                    .map_err(|_| ParseError::ValueOutOfRange),
+            },
+        },
+        ["set", "maxconn", "global", v, ..] => Command::SetMaxconnGlobal(atoi(v)),
+        ["set", "maxconn", "global"] => bad(CliLevel::Admin, ParseError::ExpectsInteger),
         _ => Command::Unknown(req.words.clone()),
     }
 }
@@ -545,6 +677,55 @@ fn parse_set_profiling(args: &[&str]) -> Result<crate::scheduler::ProfilingMode,
     }
 }
 
+/// `prompt [help | n | i | p | timed]*`, read word by word as HAProxy 3.x does:
+/// the last of `n|i|p` wins; `help` or an unknown word stops the reading.
+fn parse_prompt(words: &[&str]) -> Command {
+    if words.is_empty() {
+        return Command::Prompt;
+    }
+    let mut mode = None;
+    let mut timed = false;
+    for w in words {
+        match *w {
+            "n" => mode = Some(PromptMode::NonInteractive),
+            "i" => mode = Some(PromptMode::Interactive),
+            "p" => mode = Some(PromptMode::Prompt),
+            "timed" => timed = true,
+            "help" => return Command::PromptHelp,
+            _ => return bad(CliLevel::User, ParseError::PromptArgs),
+        }
+    }
+    Command::PromptSet { mode, timed }
+}
+
+/// The value of `set maxconn server`: HAProxy's `strtol` checks. A negative limit
+/// never fills in HAProxy, so it is read as 0 (unlimited); large ones are clamped
+/// to [`MAX_MAXCONN`], the configuration's bound.
+fn parse_server_maxconn(word: &str) -> Result<usize, ParseError> {
+    if word.is_empty() {
+        return Err(ParseError::MaxconnMissing);
+    }
+    let body = word.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let (neg, unsigned) = match body.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, body.strip_prefix('+').unwrap_or(body)),
+    };
+    let ndigits = unsigned.bytes().take_while(u8::is_ascii_digit).count();
+    if ndigits == 0 {
+        return Err(ParseError::MaxconnGarbageBefore);
+    }
+    if ndigits != unsigned.len() {
+        return Err(ParseError::MaxconnTrailing);
+    }
+    if neg {
+        return Ok(0);
+    }
+    let v = unsigned.bytes().fold(0usize, |v, b| {
+        v.saturating_mul(10).saturating_add(usize::from(b - b'0'))
+    });
+    Ok(v.min(MAX_MAXCONN))
+}
+
 /// The first argument word, or an empty string when there is none.
 fn first(rest: &[&str]) -> String {
     rest.first().map_or_else(String::new, |w| w.to_string())
@@ -567,6 +748,14 @@ fn parse_server_op(words: &[&str]) -> ServerOp {
             _ => ServerOp::BadHealth,
         },
         ["health"] => ServerOp::BadHealth,
+        ["addr", addr, rest @ ..] => ServerOp::Addr {
+            addr: addr.to_string(),
+            port: match rest {
+                ["port", rest @ ..] => Some(first(rest)),
+                _ => None,
+            },
+        },
+        ["addr"] => ServerOp::AddrMissing,
         _ => ServerOp::Usage,
     }
 }

@@ -10,7 +10,14 @@
 //! drain (a draining server runs with weight 0 and remembers its user weight) and the
 //! time of the last change — lives in a small registry of [`AdminNote`]s here, keyed by
 //! the server's allocation and pruned of dropped servers.
+//!
+//! Answers are either dumps ([`Output::Text`]: `show stat`, `show map`, ...) or
+//! messages ([`Output::Msg`], HAProxy's `cli_msg`/`cli_err`: errors, `help`, `show
+//! version`, `set server addr`'s report), and only messages carry the severity tag
+//! that `set severity-output` asks for, as in HAProxy.
 
+use std::borrow::Cow;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
@@ -18,7 +25,9 @@ use crate::config::{Balance, CliLevel};
 use crate::lb::{ServerRt, MAX_WEIGHT};
 use crate::maps::{MapError, MapRt, Maps};
 
-use super::command::{AdminState, Command, ProxySel, ServerOp};
+use super::command::{
+    AdminState, Command, ParseError, PromptMode, ProxySel, ServerOp, SeverityOutput, PROMPT_USAGE,
+};
 use super::render::{self, StatFilter};
 use super::{Ctx, Session};
 
@@ -63,11 +72,48 @@ pub const WEIGHT_STATIC: &str =
 /// Largest percentage a relative weight is read as (HAProxy's overflow guard).
 const MAX_WEIGHT_PERCENT: i64 = 25_600;
 
+/// `set maxconn frontend` naming nothing / no frontend (HAProxy's `cli_find_frontend`).
+pub const FRONTEND_EXPECTED: &str = "A frontend name is expected.\n";
+pub const NO_SUCH_FRONTEND: &str = "No such frontend.\n";
+/// `set server B/S addr` without an address.
+pub const ADDR_REQUIRED: &str =
+    "set server <b>/<s> addr requires an address and optionally a port.\n";
+/// `set server B/S addr IP port +N|-N`: HAProxy's refusal of a port map (its text
+/// has no closing parenthesis).
+const PORT_MAP_REFUSED: &str = "can't change <port> to port map because it is incompatible with current health check port configuration (use 'port' statement from the 'server' directive.";
+/// Who `set server B/S addr` reports as the author of the change.
+const ADDR_UPDATER: &str = "stats socket command";
+
+/// Syslog severities HAProxy tags CLI messages with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// `cli_err`: every error.
+    Err = 3,
+    /// Reports of a change that may need attention (`set server addr`).
+    Warning = 4,
+    /// Informational messages (`help`, `show cli level`, `show version`).
+    Info = 6,
+}
+
+impl Severity {
+    /// The syslog name (`log_levels[]` in HAProxy).
+    pub fn name(self) -> &'static str {
+        match self {
+            Severity::Err => "err",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        }
+    }
+}
+
 /// What a command answers. The body is empty or ends with `\n`; the framing adds the
 /// empty line that ends every answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
+    /// A dump: written as is.
     Text(String),
+    /// A message: tagged with its severity when the session asks for it.
+    Msg(Severity, String),
 }
 
 impl Output {
@@ -75,14 +121,33 @@ impl Output {
         Output::Text(String::new())
     }
 
-    fn text(s: impl Into<String>) -> Self {
-        Output::Text(s.into())
+    /// An error message (HAProxy's `cli_err`).
+    pub fn err(s: impl Into<String>) -> Self {
+        Output::Msg(Severity::Err, s.into())
+    }
+
+    fn info(s: impl Into<String>) -> Self {
+        Output::Msg(Severity::Info, s.into())
     }
 
     /// The body as text.
     pub fn as_str(&self) -> &str {
         match self {
-            Output::Text(s) => s,
+            Output::Text(s) | Output::Msg(_, s) => s,
+        }
+    }
+
+    /// The body as written to a session in severity-output `mode`: a message gets
+    /// `[N]: ` or `[name]: ` in front (HAProxy's `cli_output_msg`); a dump never does.
+    pub fn render(&self, mode: SeverityOutput) -> Cow<'_, str> {
+        match (self, mode) {
+            (Output::Msg(sev, s), SeverityOutput::Number) => {
+                Cow::Owned(format!("[{}]: {s}", *sev as u8))
+            }
+            (Output::Msg(sev, s), SeverityOutput::String) => {
+                Cow::Owned(format!("[{}]: {s}", sev.name()))
+            }
+            _ => Cow::Borrowed(self.as_str()),
         }
     }
 }
@@ -108,25 +173,25 @@ pub async fn dispatch_workers(ctx: &Ctx, cmd: Command) -> Output {
     match cmd {
         Command::ShutdownSession(word) => {
             if word.is_empty() {
-                return Output::text(SESSION_POINTER_EXPECTED);
+                return Output::err(SESSION_POINTER_EXPECTED);
             }
             let Some(id) = sessions::parse_id(&word) else {
-                return Output::text(NO_SUCH_SESSION);
+                return Output::err(NO_SUCH_SESSION);
             };
             let Some(tid) = flows::thread_of(id) else {
-                return Output::text(NO_SUCH_SESSION);
+                return Output::err(NO_SUCH_SESSION);
             };
             let remotes = ctx.state.remotes();
             let Some(remote) = remotes.iter().find(|r| r.thread_id() == tid) else {
-                return Output::text(NO_SUCH_SESSION);
+                return Output::err(NO_SUCH_SESSION);
             };
             if sessions::abort_where(remote, move |v| v.id == id).await == 0 {
-                return Output::text(NO_SUCH_SESSION);
+                return Output::err(NO_SUCH_SESSION);
             }
             Output::empty()
         }
         Command::ShutdownSessionsServer(target) => match find_server(ctx, &target) {
-            Err(msg) => Output::text(msg),
+            Err(msg) => Output::err(msg),
             Ok((bi, si)) => {
                 for remote in ctx.state.remotes() {
                     sessions::abort_where(&remote, move |v| v.be == Some(bi) && v.srv == Some(si))
@@ -173,13 +238,13 @@ async fn gather_thread_stats(ctx: &Ctx) -> Vec<crate::scheduler::ThreadStats> {
 /// Run one command for one CLI session.
 pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
     if !allowed(sess.level, cmd.level()) {
-        return Output::text(PERMISSION_DENIED);
+        return Output::err(PERMISSION_DENIED);
     }
     match cmd {
         Command::Empty => Output::empty(),
-        Command::Help(words) => Output::Text(render::help(&words)),
+        Command::Help(words) => Output::info(render::help(&words)),
         Command::Prompt => {
-            sess.interactive = !sess.interactive;
+            set_prompt(sess, None, false);
             Output::empty()
         }
         Command::Quit => {
@@ -191,14 +256,14 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
             sess.level = l;
             Output::empty()
         }
-        Command::ShowCliLevel => Output::Text(format!("{}\n", render::level_name(sess.level))),
+        Command::ShowCliLevel => Output::info(format!("{}\n", render::level_name(sess.level))),
         Command::ShowInfo(fmt) => Output::Text(render::show_info(ctx, fmt)),
         Command::ShowStat(q) => {
             let iid = match q.proxy {
                 ProxySel::All => None,
                 ProxySel::Id(n) => match u32::try_from(n) {
                     Ok(id) if id != 0 => Some(id),
-                    _ => return Output::text(NO_SUCH_PROXY),
+                    _ => return Output::err(NO_SUCH_PROXY),
                 },
                 ProxySel::Name(name) => {
                     let found = render::proxies(ctx)
@@ -206,7 +271,7 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
                         .find(|p| render::proxy_name(ctx, p) == name);
                     match found {
                         Some(p) => Some(p.id),
-                        None => return Output::text(NO_SUCH_PROXY),
+                        None => return Output::err(NO_SUCH_PROXY),
                     }
                 }
             };
@@ -231,11 +296,11 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
         Command::ShowMaps => Output::Text(render::show_maps(&ctx.state.maps)),
         Command::ShowMap(name) => match ctx.state.maps.find(&name) {
             Some(map) => Output::Text(render::show_map(&map.table())),
-            None => Output::text(UNKNOWN_MAP),
+            None => Output::err(UNKNOWN_MAP),
         },
         Command::GetMap { map, value } => match ctx.state.maps.find(&map) {
             Some(map) => Output::Text(render::get_map(&map.table(), &value)),
-            None => Output::text(UNKNOWN_MAP),
+            None => Output::err(UNKNOWN_MAP),
         },
         Command::AddMap { map, key, value } => {
             map_change(ctx, &map, |maps, m| maps.add(m, &key, &value))
@@ -257,23 +322,23 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
                 let w = admin_note(srv).drain_weight.unwrap_or_else(|| srv.weight());
                 Output::Text(format!("{w} (initial {})\n", srv.initial_weight()))
             }
-            Err(e) => Output::text(e),
+            Err(e) => Output::err(e),
         },
         Command::SetWeight { target, weight } => match find_server(ctx, &target) {
             Ok((bi, si)) => set_weight(ctx, bi, si, &weight),
-            Err(e) => Output::text(e),
+            Err(e) => Output::err(e),
         },
         Command::SetServer { target, op } => {
             let (bi, si) = match find_server(ctx, &target) {
                 Ok(found) => found,
-                Err(e) => return Output::text(e),
+                Err(e) => return Output::err(e),
             };
             match op {
                 ServerOp::State(st) => {
                     set_admin(ctx, bi, si, st);
                     Output::empty()
                 }
-                ServerOp::BadState => Output::text(STATE_EXPECTS),
+                ServerOp::BadState => Output::err(STATE_EXPECTS),
                 ServerOp::Weight(w) => set_weight(ctx, bi, si, &w),
                 ServerOp::Health(up) => {
                     let be = &ctx.state.backends[bi];
@@ -282,8 +347,13 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
                     be.rebalance();
                     Output::empty()
                 }
-                ServerOp::BadHealth => Output::text(HEALTH_EXPECTS),
-                ServerOp::Usage => Output::text(SET_SERVER_USAGE),
+                ServerOp::BadHealth => Output::err(HEALTH_EXPECTS),
+                ServerOp::Usage => Output::err(SET_SERVER_USAGE),
+                ServerOp::Addr { addr, port } => {
+                    let srv = &ctx.state.backends[bi].servers[si];
+                    set_addr(srv, &addr, port.as_deref())
+                }
+                ServerOp::AddrMissing => Output::err(ADDR_REQUIRED),
             }
         }
         Command::EnableServer(target) => match find_server(ctx, &target) {
@@ -291,22 +361,22 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
                 set_admin(ctx, bi, si, AdminState::Ready);
                 Output::empty()
             }
-            Err(e) => Output::text(e),
+            Err(e) => Output::err(e),
         },
         Command::DisableServer(target) => match find_server(ctx, &target) {
             Ok((bi, si)) => {
                 set_admin(ctx, bi, si, AdminState::Maint);
                 Output::empty()
             }
-            Err(e) => Output::text(e),
+            Err(e) => Output::err(e),
         },
         Command::ShowServersState(be) => match backend_list(ctx, be.as_deref()) {
             Some(list) => Output::Text(render::show_servers_state(ctx, &list, admin_note)),
-            None => Output::text(CANT_FIND_BACKEND),
+            None => Output::err(CANT_FIND_BACKEND),
         },
         Command::ShowServersConn(be) => match backend_list(ctx, be.as_deref()) {
             Some(list) => Output::Text(render::show_servers_conn(ctx, &list)),
-            None => Output::text(CANT_FIND_BACKEND),
+            None => Output::err(CANT_FIND_BACKEND),
         },
         Command::ShowBackend => Output::Text(render::show_backend(ctx)),
         // The stats room has no reset yet: the command is accepted with HAProxy's
@@ -319,15 +389,151 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
         Command::ShowSess | Command::ShutdownSession(_) | Command::ShutdownSessionsServer(_) => {
             Output::empty()
         }
-        Command::Bad { err, .. } => Output::Text(format!("{err}\n")),
-        Command::Unknown(words) => Output::Text(render::unknown(&words)),
+        Command::Bad { err, .. } => Output::err(format!("{err}\n")),
+        Command::Unknown(words) => Output::info(render::unknown(&words)),
         Command::SetProfilingTasks(mode) => {
             crate::scheduler::set_profiling_mode(mode);
             Output::empty()
         }
         // Answered by `dispatch_workers` (the connection loop routes them there).
         Command::ShowActivity | Command::ShowProfiling(_) => Output::empty(),
+        Command::ShowVersion => Output::info(format!("{}\n", env!("CARGO_PKG_VERSION"))),
+        Command::SetSeverityOutput(mode) => {
+            sess.severity = mode;
+            Output::empty()
+        }
+        Command::PromptSet { mode, timed } => {
+            set_prompt(sess, mode, timed);
+            Output::empty()
+        }
+        Command::PromptHelp => Output::info(format!("{PROMPT_USAGE}\n")),
+        Command::SetMaxconnServer { target, value } => {
+            let (bi, si) = match find_server(ctx, &target) {
+                Ok(found) => found,
+                Err(e) => return Output::err(e),
+            };
+            match value {
+                Ok(n) => {
+                    let be = &ctx.state.backends[bi];
+                    be.servers[si].set_maxconn(n);
+                    // Raised room goes to queued requests at once.
+                    be.rebalance();
+                    Output::empty()
+                }
+                Err(e) => Output::err(format!("{e}\n")),
+            }
+        }
+        Command::SetMaxconnFrontend { frontend, value } => {
+            if frontend.is_empty() {
+                return Output::err(FRONTEND_EXPECTED);
+            }
+            let cfg = &ctx.state.config;
+            let Some(fi) = cfg.frontends.iter().position(|f| f.name == frontend) else {
+                return Output::err(NO_SUCH_FRONTEND);
+            };
+            match value {
+                Ok(n) => {
+                    ctx.state.limits.set_frontend(fi, n);
+                    // Wake accept loops paused at the old limit.
+                    ctx.state.conn_released.notify_waiters();
+                    Output::empty()
+                }
+                Err(e) => Output::err(format!("{e}\n")),
+            }
+        }
+        Command::SetMaxconnGlobal(v) => {
+            // The configured value is HAProxy's hard limit: never above it, and
+            // `<= 0` restores it.
+            let hard = ctx.state.config.global.maxconn;
+            let n = match usize::try_from(v) {
+                Ok(n) if n > hard => {
+                    return Output::err(format!("{}\n", ParseError::ValueOutOfRange))
+                }
+                Ok(n) if n > 0 => n,
+                _ => hard,
+            };
+            ctx.state.limits.set_global(n);
+            ctx.state.conn_released.notify_waiters();
+            Output::empty()
+        }
     }
+}
+
+/// `prompt [n|i|p] [timed]` as HAProxy 3.x: `timed` toggles the time and implies
+/// `p`; a mode sets both flags; no mode toggles between prompt and non-interactive.
+fn set_prompt(sess: &mut Session, mode: Option<PromptMode>, timed: bool) {
+    let mode = if timed {
+        sess.timed = !sess.timed;
+        Some(mode.unwrap_or(PromptMode::Prompt))
+    } else {
+        mode
+    };
+    let (interactive, prompt) = match mode {
+        Some(PromptMode::NonInteractive) => (false, false),
+        Some(PromptMode::Interactive) => (true, false),
+        Some(PromptMode::Prompt) => (true, true),
+        None if sess.interactive && sess.prompt => (false, false),
+        None => (true, true),
+    };
+    sess.interactive = interactive;
+    sess.prompt = prompt;
+}
+
+/// `set server B/S addr IP [port P]`: HAProxy 2.6's `srv_update_addr_port`, its
+/// report word for word. The address is applied even when the port then fails (as
+/// HAProxy does); the next connection goes to the new address, open ones stay.
+/// Port maps (`+N`/`-N`) are not supported by shunt and are refused with HAProxy's
+/// text for a server that cannot switch to one.
+fn set_addr(srv: &ServerRt, addr: &str, port: Option<&str>) -> Output {
+    let report =
+        |msg: String| Output::Msg(Severity::Warning, format!("{msg} by '{ADDR_UPDATER}'\n"));
+    let Ok(ip) = addr.parse::<IpAddr>() else {
+        return report(format!("Invalid addr '{addr}'"));
+    };
+    let cur = srv.addr();
+    let mut next = cur;
+    let mut msg = if ip == cur.ip() {
+        "no need to change the addr".to_string()
+    } else {
+        next.set_ip(ip);
+        format!("IP changed from '{}' to '{addr}'", cur.ip())
+    };
+    if let Some(port) = port {
+        msg.push_str(", ");
+        let signed = port.trim_start().starts_with(['+', '-']);
+        match strtol_port(port) {
+            None => msg.push_str(&format!("problem converting port '{port}' to an int")),
+            Some(_) if signed => msg.push_str(PORT_MAP_REFUSED),
+            Some(p) if p == cur.port() => msg.push_str("no need to change the port"),
+            Some(p) => {
+                msg.push_str(&format!("port changed from '{}' to '{p}'", cur.port()));
+                next.set_port(p);
+            }
+        }
+    }
+    if next != cur {
+        srv.set_addr(next);
+    }
+    report(msg)
+}
+
+/// A port as HAProxy reads it (`strtol` then a 16-bit store): leading blanks, an
+/// optional sign, digits; `None` when there are no digits or the value overflows a
+/// `long`. Out-of-range values wrap as the C store does.
+fn strtol_port(word: &str) -> Option<u16> {
+    let body = word.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let (neg, unsigned) = match body.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, body.strip_prefix('+').unwrap_or(body)),
+    };
+    let digits: &str = &unsigned[..unsigned.bytes().take_while(u8::is_ascii_digit).count()];
+    if digits.is_empty() {
+        return None;
+    }
+    let v: i64 = digits.parse().ok()?;
+    let v = if neg { -v } else { v };
+    // Truncation to 16 bits is the point: HAProxy stores the long in a uint16_t.
+    Some(v as u16)
 }
 
 /// Apply a change to the map named `name`: HAProxy's answers are empty on success,
@@ -339,11 +545,11 @@ fn map_change(
 ) -> Output {
     let maps = &ctx.state.maps;
     let Some(map) = maps.find(name) else {
-        return Output::text(UNKNOWN_MAP);
+        return Output::err(UNKNOWN_MAP);
     };
     match f(maps, map) {
         Ok(()) => Output::empty(),
-        Err(e) => Output::Text(format!("{e}.\n")),
+        Err(e) => Output::err(format!("{e}.\n")),
     }
 }
 
@@ -437,7 +643,7 @@ fn set_weight(ctx: &Ctx, bi: usize, si: usize, word: &str) -> Output {
     let srv = &be.servers[si];
     let w = match parse_weight(word, srv.initial_weight(), static_algo(be.balance)) {
         Ok(w) => w,
-        Err(e) => return Output::text(e),
+        Err(e) => return Output::err(e),
     };
     with_note(srv, |n| {
         n.changed = Some(Instant::now());

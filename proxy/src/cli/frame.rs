@@ -7,7 +7,8 @@
 //! - a line ending in `<<` starts a payload: the following lines, up to an empty line,
 //!   are attached to the line's last command;
 //! - every answer ends with an empty line (a command without output answers exactly
-//!   `\n`); in interactive mode the prompt `> ` follows each answer, `+ ` each payload line.
+//!   `\n`); in prompt mode the prompt `> ` (or, `prompt timed`, `[d:hh:mm:ss]> `)
+//!   follows each answer, `+ ` each payload line.
 //!
 //! This file is pure (no I/O): [`Input`] buffers what the socket delivered and hands out
 //! complete events; the connection driver in `mod.rs` decides when to read and flush.
@@ -201,13 +202,24 @@ pub fn split_line(line: &[u8]) -> Vec<Request> {
 }
 
 /// Append one answer to the output buffer: the body, the terminating empty line, and the
-/// prompt when interactive.
-pub fn push_answer(out: &mut Vec<u8>, body: &str, interactive: bool) {
+/// prompt (empty when the session shows none).
+pub fn push_answer(out: &mut Vec<u8>, body: &str, prompt: &[u8]) {
     out.extend_from_slice(body.as_bytes());
     out.push(b'\n');
-    if interactive {
-        out.extend_from_slice(PROMPT);
-    }
+    out.extend_from_slice(prompt);
+}
+
+/// The `prompt timed` prompt: the uptime as HAProxy 3.x prints it, `[d:hh:mm:ss]> `.
+pub fn timed_prompt(uptime_secs: u64) -> Vec<u8> {
+    let up = uptime_secs;
+    format!(
+        "[{}:{:02}:{:02}:{:02}]> ",
+        up / 86_400,
+        (up / 3_600) % 24,
+        (up / 60) % 60,
+        up % 60
+    )
+    .into_bytes()
 }
 
 #[cfg(test)]
@@ -331,10 +343,20 @@ mod tests {
     #[test]
     fn answers_end_with_an_empty_line_and_prompt_when_interactive() {
         let mut out = Vec::new();
-        push_answer(&mut out, "", false);
+        push_answer(&mut out, "", b"");
         assert_eq!(out, b"\n");
         out.clear();
-        push_answer(&mut out, "Permission denied\n", true);
+        push_answer(&mut out, "Permission denied\n", PROMPT);
         assert_eq!(out, b"Permission denied\n\n> ");
+    }
+
+    #[test]
+    fn timed_prompt_is_days_then_two_digit_fields() {
+        assert_eq!(timed_prompt(0), b"[0:00:00:00]> ");
+        assert_eq!(
+            timed_prompt(23 * 86_400 + 3 * 3_600 + 34 * 60 + 39),
+            b"[23:03:34:39]> "
+        );
+        assert_eq!(timed_prompt(59), b"[0:00:00:59]> ");
     }
 }

@@ -117,12 +117,18 @@ fn hostname() -> String {
 #[derive(Debug, Clone)]
 pub struct Session {
     pub level: CliLevel,
-    /// `prompt` mode.
+    /// Interactive: several lines, until `quit` (`prompt`, `prompt i|p`).
     pub interactive: bool,
     /// `quit` was run: close after flushing.
     pub quit: bool,
     /// Idle timeout (`stats timeout`, then `set timeout cli`).
     pub timeout: Duration,
+    /// Show the `> ` prompt after each answer (`prompt`, `prompt p`).
+    pub prompt: bool,
+    /// The prompt shows the process uptime (`prompt timed`).
+    pub timed: bool,
+    /// `set severity-output`: how messages are tagged.
+    pub severity: command::SeverityOutput,
 }
 
 impl Session {
@@ -132,6 +138,19 @@ impl Session {
             interactive: false,
             quit: false,
             timeout,
+            prompt: false,
+            timed: false,
+            severity: command::SeverityOutput::None,
+        }
+    }
+
+    /// What follows each answer's empty line: nothing without a prompt, `> `, or
+    /// with `timed` HAProxy 3.x's `[d:hh:mm:ss]> ` (the process uptime).
+    pub fn prompt_bytes(&self, ctx: &Ctx) -> std::borrow::Cow<'static, [u8]> {
+        match (self.prompt, self.timed) {
+            (false, _) => std::borrow::Cow::Borrowed(b""),
+            (true, false) => std::borrow::Cow::Borrowed(frame::PROMPT),
+            (true, true) => std::borrow::Cow::Owned(frame::timed_prompt(ctx.uptime_secs())),
         }
     }
 }
@@ -400,20 +419,20 @@ where
             };
             match ev {
                 Event::PayloadMore => {
-                    if sess.interactive {
+                    if sess.prompt {
                         out.extend_from_slice(frame::PAYLOAD_PROMPT);
                     }
                 }
                 Event::Line(reqs) => {
                     if reqs.is_empty() && sess.interactive {
-                        out.extend_from_slice(frame::PROMPT);
+                        out.extend_from_slice(&sess.prompt_bytes(ctx));
                     }
                     for req in reqs {
                         let cmd = command::parse(&req);
                         let answer = if !dispatch::needs_workers(&cmd) {
                             dispatch::dispatch(ctx, &mut sess, cmd)
                         } else if !dispatch::allowed(sess.level, cmd.level()) {
-                            dispatch::Output::Text(dispatch::PERMISSION_DENIED.to_string())
+                            dispatch::Output::err(dispatch::PERMISSION_DENIED)
                         } else if matches!(cmd, command::Command::ShowSess) {
                             if stream_sess(ctx, &mut stream, &mut out).await.is_err() {
                                 return;
@@ -427,7 +446,11 @@ where
                             let _ = send(ctx, &mut stream, &out).await;
                             return;
                         }
-                        frame::push_answer(&mut out, answer.as_str(), sess.interactive);
+                        frame::push_answer(
+                            &mut out,
+                            &answer.render(sess.severity),
+                            &sess.prompt_bytes(ctx),
+                        );
                         if out.len() >= frame::OUT_FLUSH {
                             if send(ctx, &mut stream, &out).await.is_err() {
                                 return;

@@ -383,11 +383,11 @@ pub fn show_stat(ctx: &Ctx, filter: StatFilter) -> String {
     out
 }
 
-fn frontend_slim(ctx: &Ctx, fe: &Frontend) -> usize {
-    if fe.maxconn > 0 {
-        fe.maxconn
-    } else {
-        ctx.state.config.global.maxconn
+/// Frontend `slim`: its maxconn in force, else the global one in force.
+fn frontend_slim(ctx: &Ctx, fi: usize) -> usize {
+    match ctx.state.limits.frontend(fi) {
+        0 => ctx.state.limits.global(),
+        n => n,
     }
 }
 
@@ -400,7 +400,7 @@ fn frontend_row(ctx: &Ctx, fi: usize, fe: &Frontend) -> Row {
     r.set(col::PXNAME, &fe.name);
     r.set(col::SVNAME, "FRONTEND");
     r.sessions(&s);
-    r.set(col::SLIM, frontend_slim(ctx, fe));
+    r.set(col::SLIM, frontend_slim(ctx, fi));
     r.set(col::STATUS, if stopping { "STOP" } else { "OPEN" });
     r.set(col::PID, 1);
     r.set(col::IID, fe.id);
@@ -448,8 +448,8 @@ fn server_row(ctx: &Ctx, bi: usize, si: usize, uptime: u64) -> Row {
     r.set(col::QMAX, rt.queue_max());
     r.sessions(&s);
     r.server_side(&s);
-    if cfg.maxconn > 0 {
-        r.set(col::SLIM, cfg.maxconn);
+    if rt.maxconn() > 0 {
+        r.set(col::SLIM, rt.maxconn());
     }
     r.set(col::STATUS, server_status(ctx, bi, si));
     // A draining server runs with weight 0 but reports its user weight, as HAProxy.
@@ -470,7 +470,7 @@ fn server_row(ctx: &Ctx, bi: usize, si: usize, uptime: u64) -> Row {
     r.set(col::CLI_ABRT, s.cli_abrt);
     r.set(col::SRV_ABRT, s.srv_abrt);
     r.set(col::LASTSESS, if s.stot == 0 { -1 } else { 0 });
-    r.set(col::ADDR, cfg.addr);
+    r.set(col::ADDR, rt.addr());
     r.set(col::MODE, "tcp");
     r.set(col::CONNECT, s.stot);
     r.set(col::USED_CONN_CUR, s.scur);
@@ -521,7 +521,8 @@ fn algo_name(b: Balance) -> &'static str {
 }
 
 /// Backend `slim`: its maxconn, else HAProxy's default fullconn (a tenth of the sum of
-/// the maxconn of the frontends that route to it, rounded up).
+/// the configured maxconn of the frontends that route to it, rounded up; HAProxy
+/// computes it once at start, so `set maxconn` does not move it).
 fn backend_slim(ctx: &Ctx, bi: usize, be: &Backend) -> usize {
     if be.maxconn > 0 {
         return be.maxconn;
@@ -538,7 +539,10 @@ fn backend_slim(ctx: &Ctx, bi: usize, be: &Backend) -> usize {
                     .iter()
                     .any(|u| u.static_target() == Some(bi))
         })
-        .map(|fe| frontend_slim(ctx, fe))
+        .map(|fe| match fe.maxconn {
+            0 => ctx.state.config.global.maxconn,
+            n => n,
+        })
         .sum();
     sum.div_ceil(10)
 }
@@ -674,7 +678,7 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
         (12, "PoolFailed", "MCP", "u32", "0".into()),
         (13, "Ulimit-n", "CLP", "u32", nofile.to_string()),
         (14, "Maxsock", "CLP", "u32", nofile.to_string()),
-        (15, "Maxconn", "CLP", "u32", cfg.global.maxconn.to_string()),
+        (15, "Maxconn", "CLP", "u32", st.limits.global().to_string()),
         (
             16,
             "Hard_maxconn",
@@ -862,17 +866,31 @@ fn help_line(out: &mut String, e: &HelpEntry) {
     );
 }
 
+/// The commands HAProxy always lists last, in this order, whatever else is listed.
+const ALWAYS_LAST: [&str; 3] = ["help", "prompt", "quit"];
+
+/// HAProxy's listing order: by usage text (`strcmp`), then `help`, `prompt`, `quit`.
+/// Sorting here lets the [`HELP`] table grow at its end.
+fn help_order(a: &HelpEntry, b: &HelpEntry) -> std::cmp::Ordering {
+    let last = |e: &HelpEntry| ALWAYS_LAST.iter().position(|k| *k == e.keywords[0]);
+    match (last(a), last(b)) {
+        (None, None) => a.syntax.cmp(b.syntax),
+        (x, y) => x.is_some().cmp(&y.is_some()).then(x.cmp(&y)),
+    }
+}
+
 /// `help [WORDS]`: every command, or those whose keywords start with WORDS.
 pub fn help(words: &[String]) -> String {
     let matching: Vec<&HelpEntry> = HELP
         .iter()
         .filter(|e| words.iter().zip(e.keywords.iter()).all(|(w, k)| w == k))
         .collect();
-    let list = if matching.is_empty() {
+    let mut list = if matching.is_empty() {
         HELP.iter().collect()
     } else {
         matching
     };
+    list.sort_by(|a, b| help_order(a, b));
     let mut out = String::from("The following commands are valid at this level:\n");
     for e in list {
         help_line(&mut out, e);
@@ -910,15 +928,14 @@ fn fp_distance(a: &[i32], b: &[i32]) -> i32 {
 }
 
 /// The answer to an unknown command: the closest commands, then `help`, `prompt`, `quit`,
-/// in table order — HAProxy's "better match" listing.
+/// in listing order — HAProxy's "better match" listing.
 pub fn unknown(words: &[String]) -> String {
-    const ALWAYS: [&str; 3] = ["help", "prompt", "quit"];
     let typed: Vec<&str> = words.iter().map(String::as_str).collect();
     let fp = fingerprint(&typed);
     let mut scored: Vec<(i32, usize)> = HELP
         .iter()
         .enumerate()
-        .filter(|(_, e)| !ALWAYS.contains(&e.keywords[0]))
+        .filter(|(_, e)| !ALWAYS_LAST.contains(&e.keywords[0]))
         .map(|(i, e)| {
             let n = e.keywords.len().min(typed.len().max(1));
             (fp_distance(&fp, &fingerprint(&e.keywords[..n])), i)
@@ -929,10 +946,10 @@ pub fn unknown(words: &[String]) -> String {
     chosen.extend(
         HELP.iter()
             .enumerate()
-            .filter(|(_, e)| ALWAYS.contains(&e.keywords[0]))
+            .filter(|(_, e)| ALWAYS_LAST.contains(&e.keywords[0]))
             .map(|(i, _)| i),
     );
-    chosen.sort_unstable();
+    chosen.sort_by(|&a, &b| help_order(&HELP[a], &HELP[b]));
     let mut out =
         String::from("Unknown command, but maybe one of the following ones is a better match:\n");
     for i in chosen {
@@ -1062,7 +1079,7 @@ pub fn show_servers_state(
                 be.name,
                 cfg.id,
                 cfg.name,
-                rt.addr.ip(),
+                rt.addr().ip(),
                 if running {
                     SRV_ST_RUNNING
                 } else {
@@ -1076,7 +1093,7 @@ pub fn show_servers_state(
                 result,
                 health,
                 state,
-                rt.addr.port(),
+                rt.addr().port(),
                 cfg.check.port.unwrap_or(0),
             );
         }
@@ -1105,8 +1122,8 @@ pub fn show_servers_conn(ctx: &Ctx, bis: &[usize]) -> String {
                 cfg.name,
                 be.id,
                 cfg.id,
-                rt.addr.ip(),
-                rt.addr.port(),
+                rt.addr().ip(),
+                rt.addr().port(),
                 rt.cur_conns(),
                 rt.max_conns(),
                 rt.max_conns(),

@@ -102,6 +102,7 @@ fn make_ctx(config: Config) -> (Ctx, watch::Sender<Phase>) {
         flows_by_mode: Default::default(),
         nbthread: 2,
         conns: AtomicUsize::new(0),
+        limits: crate::daemon::Limits::new(&config),
         conn_released: Notify::new(),
         phase: rx,
         remotes: std::sync::Mutex::new(Vec::new()),
@@ -1285,4 +1286,498 @@ fn every_stat_cell_shunt_prints_has_typed_tags() {
         rows += 1;
     }
     assert!(rows >= 3, "{csv}");
+}
+
+// ---- show version, severity-output, prompt modes, set maxconn, set server addr ----
+
+fn parse_line(line: &str) -> command::Command {
+    let reqs = frame::split_line(line.as_bytes());
+    command::parse(reqs.first().unwrap_or(&frame::Request::default()))
+}
+
+#[test]
+fn misc_commands_parse() {
+    use command::{Command as C, ParseError as E, PromptMode as M, SeverityOutput as S};
+    assert_eq!(parse_line("show version"), C::ShowVersion);
+    assert_eq!(parse_line("show version").level(), CliLevel::User);
+    assert_eq!(
+        parse_line("set severity-output number"),
+        C::SetSeverityOutput(S::Number)
+    );
+    assert_eq!(
+        parse_line("set severity-output string"),
+        C::SetSeverityOutput(S::String)
+    );
+    assert_eq!(
+        parse_line("set severity-output none"),
+        C::SetSeverityOutput(S::None)
+    );
+    for bad in ["set severity-output", "set severity-output Number"] {
+        assert_eq!(
+            parse_line(bad),
+            C::Bad {
+                need: CliLevel::User,
+                err: E::SeverityOutputArgs
+            },
+            "{bad}"
+        );
+    }
+
+    assert_eq!(parse_line("prompt"), C::Prompt);
+    let set = |mode, timed| C::PromptSet { mode, timed };
+    assert_eq!(parse_line("prompt n"), set(Some(M::NonInteractive), false));
+    assert_eq!(parse_line("prompt i"), set(Some(M::Interactive), false));
+    assert_eq!(parse_line("prompt p"), set(Some(M::Prompt), false));
+    assert_eq!(parse_line("prompt timed"), set(None, true));
+    assert_eq!(
+        parse_line("prompt p i timed"),
+        set(Some(M::Interactive), true)
+    );
+    assert_eq!(parse_line("prompt help"), C::PromptHelp);
+    assert_eq!(parse_line("prompt i help x"), C::PromptHelp);
+    assert!(matches!(
+        parse_line("prompt x help"),
+        C::Bad {
+            err: E::PromptArgs,
+            ..
+        }
+    ));
+
+    let srv = |target: &str, value| C::SetMaxconnServer {
+        target: target.into(),
+        value,
+    };
+    assert_eq!(
+        parse_line("set maxconn server b/s1 200"),
+        srv("b/s1", Ok(200))
+    );
+    assert_eq!(parse_line("set maxconn server b/s1 0"), srv("b/s1", Ok(0)));
+    assert_eq!(parse_line("set maxconn server b/s1 -3"), srv("b/s1", Ok(0)));
+    assert_eq!(
+        parse_line("set maxconn server b/s1 99999999999999999999"),
+        srv("b/s1", Ok(crate::config::MAX_MAXCONN))
+    );
+    assert_eq!(
+        parse_line("set maxconn server b/s1"),
+        srv("b/s1", Err(E::MaxconnMissing))
+    );
+    assert_eq!(
+        parse_line("set maxconn server b/s1 x1"),
+        srv("b/s1", Err(E::MaxconnGarbageBefore))
+    );
+    assert_eq!(
+        parse_line("set maxconn server b/s1 12x"),
+        srv("b/s1", Err(E::MaxconnTrailing))
+    );
+    assert_eq!(
+        parse_line("set maxconn server b/s1 1").level(),
+        CliLevel::Admin
+    );
+
+    let fe = |f: &str, value| C::SetMaxconnFrontend {
+        frontend: f.into(),
+        value,
+    };
+    assert_eq!(parse_line("set maxconn frontend fe 50"), fe("fe", Ok(50)));
+    // HAProxy's atoi: junk reads as 0.
+    assert_eq!(parse_line("set maxconn frontend fe abc"), fe("fe", Ok(0)));
+    assert_eq!(
+        parse_line("set maxconn frontend fe -1"),
+        fe("fe", Err(E::ValueOutOfRange))
+    );
+    assert_eq!(
+        parse_line("set maxconn frontend fe"),
+        fe("fe", Err(E::IntegerExpected))
+    );
+    assert_eq!(
+        parse_line("set maxconn frontend"),
+        fe("", Err(E::IntegerExpected))
+    );
+    assert_eq!(
+        parse_line("set maxconn frontend fe 5").level(),
+        CliLevel::Admin
+    );
+
+    assert_eq!(
+        parse_line("set maxconn global 100"),
+        C::SetMaxconnGlobal(100)
+    );
+    assert_eq!(parse_line("set maxconn global -5"), C::SetMaxconnGlobal(-5));
+    assert_eq!(
+        parse_line("set maxconn global"),
+        C::Bad {
+            need: CliLevel::Admin,
+            err: E::ExpectsInteger
+        }
+    );
+    assert!(matches!(parse_line("set maxconn bogus 1"), C::Unknown(_)));
+
+    let addr = |a: &str, p: Option<&str>| C::SetServer {
+        target: "b/s1".into(),
+        op: command::ServerOp::Addr {
+            addr: a.into(),
+            port: p.map(str::to_string),
+        },
+    };
+    assert_eq!(
+        parse_line("set server b/s1 addr 127.0.0.2"),
+        addr("127.0.0.2", None)
+    );
+    assert_eq!(
+        parse_line("set server b/s1 addr ::1 port 8081"),
+        addr("::1", Some("8081"))
+    );
+    assert_eq!(
+        parse_line("set server b/s1 addr 10.0.0.1 port"),
+        addr("10.0.0.1", Some(""))
+    );
+    // A word other than `port` after the address is ignored, as in HAProxy.
+    assert_eq!(
+        parse_line("set server b/s1 addr 10.0.0.1 prot 1"),
+        addr("10.0.0.1", None)
+    );
+    assert_eq!(
+        parse_line("set server b/s1 addr"),
+        C::SetServer {
+            target: "b/s1".into(),
+            op: command::ServerOp::AddrMissing
+        }
+    );
+}
+
+#[test]
+fn show_version_is_one_line() {
+    let (ctx, _tx) = ctx();
+    assert_eq!(
+        converse(&ctx, op_session(), b"show version\n", true),
+        format!("{}\n\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn severity_output_tags_messages_not_dumps() {
+    let (ctx, _tx) = servers_ctx();
+    let run = |line: &str| converse(&ctx, admin_session(), format!("{line}\n").as_bytes(), true);
+    // 19-severity-output.txt, byte for byte.
+    assert_eq!(
+        run("set severity-output number;set server b/nosuch state ready"),
+        "\n[3]: No such server.\n\n"
+    );
+    assert_eq!(
+        run("set severity-output number;set server b/s1 state ready"),
+        "\n\n"
+    );
+    assert_eq!(
+        run("set severity-output string;set server b/nosuch state ready"),
+        "\n[err]: No such server.\n\n"
+    );
+    // Dumps are never tagged.
+    let out = run("set severity-output number;show servers state b");
+    assert!(out.starts_with("\n1\n# be_id "), "{out}");
+    let out = run("set severity-output number;show stat");
+    assert!(out.starts_with("\n# pxname,"), "{out}");
+    assert_eq!(
+        run("set severity-output number;get weight b/s2"),
+        "\n1 (initial 1)\n\n"
+    );
+    // Messages: info (6) and errors (3), with the level check's refusal too.
+    assert_eq!(
+        run("set severity-output string;show version"),
+        format!("\n[info]: {}\n\n", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(
+        run("set severity-output number;show cli level"),
+        "\n[6]: admin\n\n"
+    );
+    assert_eq!(
+        run("set severity-output number;user;set weight b/s1 1"),
+        "\n\n[3]: Permission denied\n\n"
+    );
+    assert_eq!(
+        run("set severity-output number;set timeout cli x"),
+        "\n[3]: Invalid timeout value.\n\n"
+    );
+    assert!(run("set severity-output string;help")
+        .starts_with("\n[info]: The following commands are valid at this level:\n"));
+    // Back to none; and the error for a bad word.
+    assert_eq!(
+        run("set severity-output number;set severity-output none;show version"),
+        format!("\n\n{}\n\n", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(
+        run("set severity-output loud"),
+        "one of 'none', 'number', 'string' is a required argument\n\n"
+    );
+    // The setting is per connection.
+    assert_eq!(
+        run("set server b/nosuch state ready"),
+        "No such server.\n\n"
+    );
+}
+
+#[test]
+fn prompt_modes_follow_haproxy_3() {
+    let (ctx, _tx) = ctx();
+    let talk = |input: &str| converse(&ctx, op_session(), input.as_bytes(), true);
+    // `i`: interactive without a prompt; each answer ends with its empty line only.
+    assert_eq!(
+        talk("prompt i\nshow cli level\nshow cli level\nquit\n"),
+        "\noperator\n\noperator\n\n"
+    );
+    // `p`: the usual prompt; `prompt` in prompt mode goes back to non-interactive.
+    assert_eq!(
+        talk("prompt p\nshow cli level\nquit\n"),
+        "\n> operator\n\n> "
+    );
+    // (Without closing our side: the server closes, after answering the lines that
+    // arrived with this one, as in non-interactive mode.)
+    let open = |input: &str| converse(&ctx, op_session(), input.as_bytes(), false);
+    assert_eq!(
+        open("prompt p\nprompt\nshow cli level\n"),
+        "\n> \noperator\n\n"
+    );
+    // `prompt` from `i` enters prompt mode (n/i -> p).
+    assert_eq!(talk("prompt i\nprompt\nquit\n"), "\n\n> ");
+    // `n` closes after the current line, from any mode.
+    assert_eq!(
+        open("prompt p\nprompt n;show cli level\n"),
+        "\n> \noperator\n\n"
+    );
+    assert_eq!(open("prompt i\nprompt n\n"), "\n\n");
+    // `timed`: prompt mode with the uptime, `[d:hh:mm:ss]> `; twice toggles it off.
+    let out = talk("prompt timed\nshow cli level\nquit\n");
+    let re_ok = |s: &str| {
+        s.len() == "[0:00:00:00]> ".len()
+            && s.starts_with("[0:00:")
+            && s.ends_with("]> ")
+            && s[1..s.len() - 3]
+                .split(':')
+                .all(|f| f.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let (first, rest) = out[1..].split_at("[0:00:00:00]> ".len());
+    assert!(out.starts_with('\n') && re_ok(first), "{out:?}");
+    assert!(
+        rest.starts_with("operator\n\n") && re_ok(&rest["operator\n\n".len()..]),
+        "{out:?}"
+    );
+    assert_eq!(
+        talk("prompt timed\nprompt timed\nquit\n")[..1].to_string(),
+        "\n"
+    );
+    assert!(talk("prompt timed\nprompt timed\nquit\n").ends_with("\n> "));
+    // Payload prompts only in prompt mode.
+    assert_eq!(
+        talk("prompt i\nshow cli level <<\na b\n\nquit\n"),
+        "\noperator\n\n"
+    );
+    // help, and a bad word (an error, mode unchanged: the connection closes).
+    let usage = format!("{}\n", command::PROMPT_USAGE);
+    assert_eq!(talk("prompt help\n"), format!("{usage}\n"));
+    assert!(usage.starts_with("Usage: prompt [help | n | i | p | timed]*\n"));
+    assert!(usage.ends_with("Without any argument, toggles between n/i->p, p->n.\n"));
+    assert_eq!(open("prompt x\n"), format!("{usage}\n"));
+    assert_eq!(
+        talk("prompt p\nprompt x\nquit\n"),
+        format!("\n> {usage}\n> ")
+    );
+}
+
+#[test]
+fn set_server_addr_answers_like_haproxy_and_moves_the_server() {
+    let (ctx, _tx) = servers_ctx();
+    let run = |cmd: &str| converse(&ctx, admin_session(), format!("{cmd}\n").as_bytes(), true);
+    let s1 = &ctx.state.backends[0].servers[0];
+    // 07-server-state.txt, byte for byte.
+    assert_eq!(
+        run("set server b/s1 addr 127.0.0.1 port 19002"),
+        "no need to change the addr, port changed from '19001' to '19002' by 'stats socket command'\n\n"
+    );
+    assert_eq!(s1.addr(), "127.0.0.1:19002".parse().unwrap());
+    assert_eq!(
+        run("set server b/s1 addr 127.0.0.1 port 19001"),
+        "no need to change the addr, port changed from '19002' to '19001' by 'stats socket command'\n\n"
+    );
+    assert_eq!(
+        run("set server b/s1 addr 127.0.0.2"),
+        "IP changed from '127.0.0.1' to '127.0.0.2' by 'stats socket command'\n\n"
+    );
+    assert_eq!(
+        run("set server b/s1 addr 127.0.0.3 port 8081"),
+        "IP changed from '127.0.0.2' to '127.0.0.3', port changed from '19001' to '8081' by 'stats socket command'\n\n"
+    );
+    assert_eq!(
+        run("set server b/s1 addr 127.0.0.4 port 8081"),
+        "IP changed from '127.0.0.3' to '127.0.0.4', no need to change the port by 'stats socket command'\n\n"
+    );
+    assert_eq!(
+        run("set server b/s1 addr 127.0.0.4 port 8081"),
+        "no need to change the addr, no need to change the port by 'stats socket command'\n\n"
+    );
+    assert_eq!(
+        run("set server b/s1 addr 127.0.0.4"),
+        "no need to change the addr by 'stats socket command'\n\n"
+    );
+    assert_eq!(s1.addr(), "127.0.0.4:8081".parse().unwrap());
+    // Errors: the address, then the port (the address change still applies).
+    assert_eq!(
+        run("set server b/s1 addr nosuch.example"),
+        "Invalid addr 'nosuch.example' by 'stats socket command'\n\n"
+    );
+    assert_eq!(
+        run("set server b/s1 addr 127.0.0.5 port x"),
+        "IP changed from '127.0.0.4' to '127.0.0.5', problem converting port 'x' to an int by 'stats socket command'\n\n"
+    );
+    assert_eq!(
+        run("set server b/s1 addr 127.0.0.5 port"),
+        "no need to change the addr, problem converting port '' to an int by 'stats socket command'\n\n"
+    );
+    assert!(run("set server b/s1 addr 127.0.0.5 port +1").contains("to port map"));
+    assert_eq!(s1.addr(), "127.0.0.5:8081".parse().unwrap());
+    assert_eq!(
+        run("set server b/s1 addr"),
+        "set server <b>/<s> addr requires an address and optionally a port.\n\n"
+    );
+    // IPv6, then back.
+    assert_eq!(
+        run("set server b/s1 addr ::1 port 19001"),
+        "IP changed from '127.0.0.5' to '::1', port changed from '8081' to '19001' by 'stats socket command'\n\n"
+    );
+    assert_eq!(s1.addr(), "[::1]:19001".parse().unwrap());
+    let out = run("show servers state b");
+    assert!(out.contains("\n3 b 1 s1 ::1 2 0 1 1 "), "{out}");
+    assert!(out.contains(" - 19001 - 0 0 - - 0\n"), "{out}");
+    assert_eq!(
+        run("set severity-output number;set server b/s1 addr 127.0.0.1"),
+        "\n[4]: IP changed from '::1' to '127.0.0.1' by 'stats socket command'\n\n"
+    );
+    // `show stat` and `show servers conn` print the address in force.
+    run("set server b/s2 addr 127.0.0.9 port 9");
+    let out = run("show stat");
+    assert!(out.contains(",127.0.0.9:9,"), "{out}");
+    assert!(run("show servers conn b").contains("\nb/s2 3/2 127.0.0.9 9 - "));
+    // Admin only.
+    let op = converse(
+        &ctx,
+        op_session(),
+        b"set server b/s1 addr 127.0.0.7\n",
+        true,
+    );
+    assert_eq!(op, "Permission denied\n\n");
+    assert_eq!(s1.addr(), "127.0.0.1:19001".parse().unwrap());
+}
+
+#[test]
+fn set_maxconn_changes_limits_and_their_stats() {
+    let (ctx, _tx) = servers_ctx();
+    let run = |cmd: &str| converse(&ctx, admin_session(), format!("{cmd}\n").as_bytes(), true);
+    let row = |px: &str, sv: &str| -> Vec<String> {
+        let out = run("show stat");
+        out.lines()
+            .find(|l| l.starts_with(&format!("{px},{sv},")))
+            .unwrap_or_else(|| panic!("no row {px}/{sv} in {out}"))
+            .split(',')
+            .map(str::to_string)
+            .collect()
+    };
+    const SLIM: usize = 6;
+    // Server: 14-levels.txt shows slim 200 after `set maxconn server b/s1 200`.
+    assert_eq!(row("b", "s1")[SLIM], "");
+    assert_eq!(run("set maxconn server b/s1 200"), "\n");
+    assert_eq!(ctx.state.backends[0].servers[0].maxconn(), 200);
+    assert_eq!(row("b", "s1")[SLIM], "200");
+    assert_eq!(run("set maxconn server b/s1 0"), "\n");
+    assert_eq!(row("b", "s1")[SLIM], "");
+    assert_eq!(run("set maxconn server b/nosuch 1"), "No such server.\n\n");
+    assert_eq!(run("set maxconn server b/s1"), "Require <maxconn>.\n\n");
+    assert_eq!(
+        run("set maxconn server b/s1 x"),
+        "maxconn string empty or preceded by garbage\n\n"
+    );
+    assert_eq!(
+        run("set maxconn server b/s1 5x"),
+        "Trailing garbage in maxconn string\n\n"
+    );
+    // The lookup is reported before the value.
+    assert_eq!(
+        run("set maxconn server nosuch/s1 x"),
+        "No such backend.\n\n"
+    );
+
+    // Frontend: slim follows; errors as proxy.c.
+    assert_eq!(row("fe", "FRONTEND")[SLIM], "9985");
+    assert_eq!(run("set maxconn frontend fe 50"), "\n");
+    assert_eq!(ctx.state.limits.frontend(0), 50);
+    assert_eq!(row("fe", "FRONTEND")[SLIM], "50");
+    assert_eq!(
+        run("set maxconn frontend"),
+        "A frontend name is expected.\n\n"
+    );
+    assert_eq!(
+        run("set maxconn frontend nosuch 5"),
+        "No such frontend.\n\n"
+    );
+    assert_eq!(run("set maxconn frontend nosuch"), "No such frontend.\n\n");
+    assert_eq!(
+        run("set maxconn frontend fe"),
+        "Integer value expected.\n\n"
+    );
+    assert_eq!(run("set maxconn frontend fe -2"), "Value out of range.\n\n");
+    assert_eq!(ctx.state.limits.frontend(0), 50);
+
+    // Global: never above the configured (hard) value; <= 0 restores it.
+    let info = |k: &str| {
+        info_map(&run("show info"))
+            .into_iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v)
+            .unwrap()
+    };
+    assert_eq!(run("set maxconn global 100"), "\n");
+    assert_eq!(ctx.state.limits.global(), 100);
+    assert_eq!(info("Maxconn"), "100");
+    assert_eq!(info("Hard_maxconn"), "9985");
+    assert_eq!(run("set maxconn global 9986"), "Value out of range.\n\n");
+    assert_eq!(run("set maxconn global"), "Expects an integer value.\n\n");
+    assert_eq!(ctx.state.limits.global(), 100);
+    assert_eq!(run("set maxconn frontend fe 0"), "\n");
+    assert_eq!(row("fe", "FRONTEND")[SLIM], "100");
+    assert_eq!(run("set maxconn global 0"), "\n");
+    assert_eq!(info("Maxconn"), "9985");
+
+    // All three are admin commands.
+    for cmd in [
+        "set maxconn server b/s1 5\n",
+        "set maxconn frontend fe 5\n",
+        "set maxconn global 5\n",
+    ] {
+        assert_eq!(
+            converse(&ctx, op_session(), cmd.as_bytes(), true),
+            "Permission denied\n\n",
+            "{cmd}"
+        );
+    }
+}
+
+#[test]
+fn help_lists_new_commands_in_haproxy_order() {
+    let (ctx, _tx) = ctx();
+    let h = converse(&ctx, op_session(), b"help\n", true);
+    let pos = |s: &str| {
+        h.find(s)
+            .unwrap_or_else(|| panic!("help lacks '{s}':\n{h}"))
+    };
+    assert!(h.contains("  set severity-output [none|number|string]: set presence of severity level in feedback information\n"));
+    assert!(h.contains(
+        "  set maxconn frontend <frontend> <value> : change a frontend's maxconn setting\n"
+    ));
+    assert!(h.contains(
+        "  show version                            : show version of the current process\n"
+    ));
+    assert!(pos("  set map ") < pos("  set maxconn frontend "));
+    assert!(pos("  set maxconn frontend ") < pos("  set maxconn global "));
+    assert!(pos("  set maxconn server ") < pos("  set server "));
+    assert!(pos("  set server ") < pos("  set severity-output "));
+    assert!(pos("  show stat ") < pos("  show version "));
+    assert!(pos("  show version ") < pos("  shutdown session "));
+    assert!(h.ends_with("  help [<command>]                        : list matching or all commands\n  prompt                                  : toggle interactive mode with prompt\n  quit                                    : disconnect\n\n"));
 }

@@ -20,6 +20,7 @@ mod tests;
 
 pub use lexer::MAX_LINE_ARGS;
 pub use model::*;
+pub use parser::MAX_MAXCONN;
 pub use units::{parse_size, parse_time, UnitError, MAX_TIMER_MS};
 
 use std::path::PathBuf;

@@ -9,7 +9,9 @@
 //! connection setup and teardown, never per byte):
 //! - `cur_conns` of a server equals the number of live slots on it plus the
 //!   grants sent to waiters that have not yet turned them into slots;
-//! - never more than `maxconn` slots of a server are out;
+//! - never more than `maxconn` slots of a server are out (a `maxconn`
+//!   lowered at run time leaves the excess out until it is released: a
+//!   release while over the limit frees the slot instead of handing it on);
 //! - after any acquire or release, no server with a free slot has a waiter
 //!   it may serve (so a newcomer taking a free slot never overtakes anyone);
 //! - each queued waiter is counted once: in its server's `queue_cur` when it
@@ -484,10 +486,13 @@ impl BackendRt {
     /// A slot on server `i` is given back.
     fn release(&self, i: usize) {
         let mut st = self.lock();
-        if self.hand_over(&mut st, i) {
+        let srv = &self.servers[i];
+        // Above a maxconn lowered at run time the slot is freed, not handed on.
+        let over = srv.maxconn() != 0 && srv.cur_conns() > srv.maxconn();
+        if !over && self.hand_over(&mut st, i) {
             // The slot stays counted in cur_conns: it changed holder.
             return;
         }
-        self.servers[i].drop_slot();
+        srv.drop_slot();
     }
 }

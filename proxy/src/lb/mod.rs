@@ -4,7 +4,7 @@
 //! queue of requests waiting while every candidate is at its `maxconn`.
 //!
 //! Owns: [`ServerRt`], [`BackendRt`], [`Slot`], [`AcquireError`]. It opens no
-//! socket and does no I/O; callers connect to `slot.server().addr` and keep
+//! socket and does no I/O; callers connect to `slot.server().addr()` and keep
 //! the [`Slot`] alive for the life of the server connection.
 //!
 //! Candidate set of a pick: the usable (up, not in maintenance, weight > 0)

@@ -9,9 +9,15 @@
 //!   backend's state lock (see `backend.rs`); readers outside it (stats, CLI)
 //!   see a value that was true at some recent instant.
 //! - the user weight is always within `0..=MAX_WEIGHT`.
+//! - the address and `maxconn` may change at run time (CLI `set server B/S addr`,
+//!   `set maxconn server`): readers take them through [`ServerRt::addr`] and
+//!   [`ServerRt::maxconn`] at each use, so the next connection sees the new value
+//!   and connections already made keep the one they were made with.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use arc_swap::ArcSwap;
 
 /// Largest user weight HAProxy accepts (`weight` keyword and `set weight`).
 pub const MAX_WEIGHT: u32 = 256;
@@ -24,10 +30,11 @@ pub struct ServerRt {
     pub name: String,
     /// Numeric id (`id` keyword or position, from 1).
     pub id: u32,
-    pub addr: SocketAddr,
+    /// Where new connections go; swapped whole by [`Self::set_addr`].
+    addr: ArcSwap<SocketAddr>,
     pub backup: bool,
     /// Concurrent connection limit; 0 = unlimited.
-    pub maxconn: usize,
+    maxconn: AtomicUsize,
     /// Limit of requests queued on this very server; 0 = unlimited.
     pub maxqueue: usize,
     /// The configured weight, used by the static (map based) algorithms.
@@ -50,9 +57,9 @@ impl ServerRt {
             idx,
             name: cfg.name.clone(),
             id: cfg.id,
-            addr: cfg.addr,
+            addr: ArcSwap::from_pointee(cfg.addr),
             backup: cfg.backup,
-            maxconn: cfg.maxconn,
+            maxconn: AtomicUsize::new(cfg.maxconn),
             maxqueue: cfg.maxqueue,
             initial_weight: weight,
             weight: AtomicU32::new(weight),
@@ -64,6 +71,28 @@ impl ServerRt {
             queue_cur: AtomicUsize::new(0),
             queue_max: AtomicUsize::new(0),
         }
+    }
+
+    /// The address a new connection to this server goes to.
+    pub fn addr(&self) -> SocketAddr {
+        **self.addr.load()
+    }
+
+    /// Send the next connections to `addr` (open ones are not disturbed).
+    pub fn set_addr(&self, addr: SocketAddr) {
+        self.addr.store(std::sync::Arc::new(addr));
+    }
+
+    /// Concurrent connection limit; 0 = unlimited.
+    pub fn maxconn(&self) -> usize {
+        self.maxconn.load(Ordering::Relaxed)
+    }
+
+    /// Change the connection limit (0 = unlimited). Call the backend's
+    /// `rebalance` afterwards so queued requests can use raised room; slots
+    /// already out above a lowered limit stay until released.
+    pub fn set_maxconn(&self, maxconn: usize) {
+        self.maxconn.store(maxconn, Ordering::Relaxed);
     }
 
     /// Current user weight (0..=256).
@@ -131,7 +160,8 @@ impl ServerRt {
 
     /// Below its maxconn (always true when maxconn is 0).
     pub fn has_room(&self) -> bool {
-        self.maxconn == 0 || self.cur_conns() < self.maxconn
+        let max = self.maxconn();
+        max == 0 || self.cur_conns() < max
     }
 
     /// Weight used by the static algorithms: the configured one while the

@@ -753,3 +753,55 @@ fn slots_and_acquire_cross_threads() {
     assert_send(&fut);
     drop(slot);
 }
+
+// ------------------------------------------------------ runtime maxconn
+
+#[test]
+fn maxconn_changed_at_run_time_applies_to_the_next_slots() {
+    let be = backend(Balance::RoundRobin, &[s(1).maxconn(1)]);
+    let srv = &be.servers[0];
+    let first = take(&be, None);
+    let mut queued = Box::pin(be.acquire(cl(), None, None));
+    assert!(poll_once(queued.as_mut()).is_pending());
+    // Raised: the waiter is served at once (rebalance), not at the next release.
+    srv.set_maxconn(2);
+    be.rebalance();
+    let second = match poll_once(queued.as_mut()) {
+        Poll::Ready(r) => r.expect("served after the raise"),
+        Poll::Pending => panic!("still queued after maxconn was raised"),
+    };
+    assert_eq!(srv.cur_conns(), 2);
+    // Lowered below what is out: the next release frees its slot instead of
+    // handing it to a waiter, until the server is back under the limit.
+    srv.set_maxconn(1);
+    let mut waiting = Box::pin(be.acquire(cl(), None, None));
+    assert!(poll_once(waiting.as_mut()).is_pending());
+    drop(first);
+    assert!(poll_once(waiting.as_mut()).is_pending());
+    assert_eq!(srv.cur_conns(), 1);
+    drop(second);
+    let third = match poll_once(waiting.as_mut()) {
+        Poll::Ready(r) => r.expect("served once under the limit"),
+        Poll::Pending => panic!("not served once under the lowered limit"),
+    };
+    assert_eq!(srv.cur_conns(), 1);
+    assert_eq!(srv.max_conns(), 2);
+    drop(third);
+    // 0 = unlimited.
+    srv.set_maxconn(0);
+    let many: Vec<_> = (0..5).map(|_| take(&be, None)).collect();
+    assert_eq!(srv.cur_conns(), 5);
+    drop(many);
+    assert_eq!(srv.cur_conns(), 0);
+}
+
+#[test]
+fn server_address_swaps_for_the_next_reader() {
+    let be = backend(Balance::RoundRobin, &[s(1)]);
+    let srv = &be.servers[0];
+    assert_eq!(srv.addr(), SocketAddr::from(([127, 0, 0, 1], 10_000)));
+    let new = SocketAddr::from(([127, 0, 0, 2], 8081));
+    srv.set_addr(new);
+    assert_eq!(srv.addr(), new);
+    assert_eq!(take(&be, None).server().addr(), new);
+}
