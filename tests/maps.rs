@@ -4,7 +4,9 @@
 //! Checks that the client address picks the mapped backend (longest prefix, default
 //! otherwise), that after `set map`/`del map`/`add map` the next flow follows the change
 //! while a flow already open keeps its server, and the batch: five `add map` on
-//! one line from a client that closes at once are all applied, 200 times over.
+//! one line from a client that closes at once are all applied, 200 times over. Also
+//! HAProxy's versions: entries added to a prepared version route nothing until
+//! `commit map` swaps the version in, and then the next flow follows it.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -153,4 +155,44 @@ fn five_add_maps_from_a_client_that_closes_at_once_are_all_applied_200_times() {
     }
     // The last added 10.0.0.5 routes nowhere (value "5" names no backend).
     assert_eq!(tag_from(s.addr, 2), A);
+}
+
+#[test]
+fn prepared_version_routes_nothing_until_commit_swaps_it_in() {
+    let s = start("127.0.0.2 a\n127.0.0.3 a\n");
+    let sock = s.shunt.sock();
+    assert_eq!(cli(&sock, "prepare map #0"), "New version created: 1\n\n");
+    assert!(cli(&sock, "show map").contains(" curr_ver=0 next_ver=1 entry_cnt=2\n"));
+    // Version 1: 127.0.0.2 goes to b, 127.0.0.0/24 to b; 127.0.0.3 has no key.
+    assert_eq!(cli(&sock, "add map @1 #0 127.0.0.2 b"), "\n");
+    assert_eq!(cli(&sock, "add map @1 #0 <<\n127.0.0.0/24 b\n"), "\n");
+    let v1: Vec<String> = cli(&sock, "show map @1 #0")
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(_, kv)| kv.to_owned()))
+        .collect();
+    assert_eq!(v1, ["127.0.0.2 b", "127.0.0.0/24 b"]);
+    // Flows still route by version 0.
+    assert_eq!(tag_from(s.addr, 2), A, "prepared version is invisible");
+    assert_eq!(tag_from(s.addr, 3), A);
+    assert_eq!(tag_from(s.addr, 4), DEFAULT);
+    let (mut open, tag) = open_from(s.addr, 2);
+    assert_eq!(tag, A);
+
+    assert_eq!(
+        cli(&sock, "commit map @2 #0"),
+        "Version number out of range.\n\n"
+    );
+    assert_eq!(cli(&sock, "commit map @1 #0"), "\n");
+    assert!(cli(&sock, "show map").contains(" curr_ver=1 next_ver=1 entry_cnt=2\n"));
+    assert_eq!(tag_from(s.addr, 2), B, "the next flow follows version 1");
+    assert_eq!(tag_from(s.addr, 3), B, "old keys are gone, the /24 matches");
+    assert_eq!(tag_from(s.addr, 4), B);
+    assert_eq!(tag_from(s.addr, 5), B);
+
+    // The flow opened before the commit still forwards to A.
+    open.write_all(b"still here")
+        .expect("write on the open flow");
+    let mut back = [0u8; 10];
+    open.read_exact(&mut back).expect("echo on the open flow");
+    assert_eq!(&back, b"still here");
 }

@@ -108,6 +108,8 @@ pub enum ParseError {
     /// `prompt` with an unknown word: HAProxy 3.x answers its usage as an error.
     #[error("{PROMPT_USAGE}")]
     PromptArgs,
+    #[error("Missing version number.")]
+    MissingVersion,
 }
 
 /// `prompt help` (and the error for a bad `prompt` word): HAProxy 3.x's text,
@@ -206,18 +208,23 @@ pub enum Command {
     SetTimeoutCli(Duration),
     /// `show map`: the list of maps.
     ShowMaps,
-    /// `show map MAP`: one map's entries.
-    ShowMap(String),
+    /// `show map [@VER] MAP`: one map's entries (of version VER, default the current).
+    ShowMap { ver: Option<u32>, map: String },
     /// `get map MAP VALUE`: look VALUE up as a flow would.
     GetMap { map: String, value: String },
-    /// `add map MAP KEY VALUE`
+    /// `add map [@VER] MAP KEY VALUE`
     AddMap {
+        ver: Option<u32>,
         map: String,
         key: String,
         value: String,
     },
-    /// `add map MAP <<` and its payload of `key value` lines.
-    AddMapPayload { map: String, payload: String },
+    /// `add map [@VER] MAP <<` and its payload of `key value` lines.
+    AddMapPayload {
+        ver: Option<u32>,
+        map: String,
+        payload: String,
+    },
     /// `set map MAP KEY|#REF VALUE`
     SetMap {
         map: String,
@@ -226,8 +233,8 @@ pub enum Command {
     },
     /// `del map MAP KEY|#REF`
     DelMap { map: String, key: String },
-    /// `clear map MAP`
-    ClearMap(String),
+    /// `clear map [@VER] MAP`
+    ClearMap { ver: Option<u32>, map: String },
     /// `get weight B/S` (the raw `B/S` word, empty when missing).
     GetWeight(String),
     /// `set weight B/S W[%]`
@@ -290,6 +297,10 @@ pub enum Command {
     /// `set maxconn global N`: HAProxy's `atoi` of the word (checked against the
     /// configured limit by dispatch; `<= 0` means the configured limit).
     SetMaxconnGlobal(i64),
+    /// `prepare map MAP`: reserve a new version (the raw map word, empty when missing).
+    PrepareMap(String),
+    /// `commit map @VER MAP`: make version VER the live one.
+    CommitMap { ver: u32, map: String },
 }
 
 impl Command {
@@ -302,7 +313,9 @@ impl Command {
             | Command::AddMapPayload { .. }
             | Command::SetMap { .. }
             | Command::DelMap { .. }
-            | Command::ClearMap(_)
+            | Command::ClearMap { .. }
+            | Command::PrepareMap(_)
+            | Command::CommitMap { .. }
             | Command::ClearCounters { all: false }
             | Command::ShowSess => CliLevel::Operator,
             Command::SetWeight { .. }
@@ -348,6 +361,11 @@ pub const HELP: &[HelpEntry] = &[
         desc: "clear the contents of this map",
     },
     HelpEntry {
+        keywords: &["commit", "map"],
+        syntax: "commit map @<ver> <map>",
+        desc: "commit the map at this version",
+    },
+    HelpEntry {
         keywords: &["del", "map"],
         syntax: "del map <map> [<key>|#<ref>]",
         desc: "delete map entries matching <key>",
@@ -376,6 +394,11 @@ pub const HELP: &[HelpEntry] = &[
         keywords: &["operator"],
         syntax: "operator",
         desc: "lower the level of the current CLI session to operator",
+    },
+    HelpEntry {
+        keywords: &["prepare", "map"],
+        syntax: "prepare map <acl>",
+        desc: "prepare a new version for atomic map replacement",
     },
     HelpEntry {
         keywords: &["set", "map"],
@@ -530,22 +553,32 @@ pub fn parse(req: &Request) -> Command {
         }),
         ["show", "stat", rest @ ..] => Command::ShowStat(parse_stat_query(rest)),
         ["show", "map"] => Command::ShowMaps,
-        ["show", "map", map, ..] => Command::ShowMap(map.to_string()),
+        ["show", "map", rest @ ..] => {
+            let (ver, rest) = split_version(rest);
+            Command::ShowMap {
+                ver,
+                map: first(rest),
+            }
+        }
         ["get", "map", map, value, ..] => Command::GetMap {
             map: map.to_string(),
             value: value.to_string(),
         },
         ["get", "map", ..] => bad(CliLevel::User, ParseError::GetMapArgs),
-        ["add", "map", map, ..] if req.payload.is_some() => Command::AddMapPayload {
-            map: map.to_string(),
-            payload: req.payload.clone().unwrap_or_default(),
+        ["add", "map", rest @ ..] => match (split_version(rest), &req.payload) {
+            ((ver, [map, ..]), Some(payload)) => Command::AddMapPayload {
+                ver,
+                map: map.to_string(),
+                payload: payload.clone(),
+            },
+            ((ver, [map, key, value, ..]), None) => Command::AddMap {
+                ver,
+                map: map.to_string(),
+                key: key.to_string(),
+                value: value.to_string(),
+            },
+            _ => bad(CliLevel::Operator, ParseError::AddMapArgs),
         },
-        ["add", "map", map, key, value, ..] => Command::AddMap {
-            map: map.to_string(),
-            key: key.to_string(),
-            value: value.to_string(),
-        },
-        ["add", "map", ..] => bad(CliLevel::Operator, ParseError::AddMapArgs),
         ["set", "map", map, key, value, ..] => Command::SetMap {
             map: map.to_string(),
             key: key.to_string(),
@@ -557,8 +590,22 @@ pub fn parse(req: &Request) -> Command {
             key: key.to_string(),
         },
         ["del", "map", ..] => bad(CliLevel::Operator, ParseError::DelMapArgs),
-        ["clear", "map", map, ..] => Command::ClearMap(map.to_string()),
-        ["clear", "map"] => bad(CliLevel::Operator, ParseError::MissingMapId),
+        ["clear", "map", rest @ ..] => match split_version(rest) {
+            (ver, [map, ..]) => Command::ClearMap {
+                ver,
+                map: map.to_string(),
+            },
+            _ => bad(CliLevel::Operator, ParseError::MissingMapId),
+        },
+        ["prepare", "map", rest @ ..] => Command::PrepareMap(first(rest)),
+        ["commit", "map", rest @ ..] => match split_version(rest) {
+            (Some(ver), [map, ..]) => Command::CommitMap {
+                ver,
+                map: map.to_string(),
+            },
+            (Some(_), []) => bad(CliLevel::Operator, ParseError::MissingMapId),
+            (None, _) => bad(CliLevel::Operator, ParseError::MissingVersion),
+        },
         ["get", "weight", rest @ ..] => Command::GetWeight(first(rest)),
         ["set", "weight", rest @ ..] => Command::SetWeight {
             target: first(rest),
@@ -724,6 +771,14 @@ fn parse_server_maxconn(word: &str) -> Result<usize, ParseError> {
         v.saturating_mul(10).saturating_add(usize::from(b - b'0'))
     });
     Ok(v.min(MAX_MAXCONN))
+}
+
+/// An optional leading `@VER` word (HAProxy's map version) and the words after it.
+fn split_version<'a, 'b>(words: &'a [&'b str]) -> (Option<u32>, &'a [&'b str]) {
+    match words.split_first() {
+        Some((w, rest)) if w.starts_with('@') => (Some(crate::maps::parse_version(&w[1..])), rest),
+        _ => (None, words),
+    }
 }
 
 /// The first argument word, or an empty string when there is none.

@@ -29,6 +29,7 @@ use super::command::{
     AdminState, Command, ParseError, PromptMode, ProxySel, ServerOp, SeverityOutput, PROMPT_USAGE,
 };
 use super::render::{self, StatFilter};
+use super::stream::Producer;
 use super::{Ctx, Session};
 
 /// `shutdown session` without an id.
@@ -108,12 +109,15 @@ impl Severity {
 
 /// What a command answers. The body is empty or ends with `\n`; the framing adds the
 /// empty line that ends every answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Output {
     /// A dump: written as is.
     Text(String),
     /// A message: tagged with its severity when the session asks for it.
     Msg(Severity, String),
+    /// A body too large to build whole (`show map MAP`, `show sess`): the connection
+    /// loop drains it a chunk at a time (`stream.rs`).
+    Stream(Producer),
 }
 
 impl Output {
@@ -130,10 +134,11 @@ impl Output {
         Output::Msg(Severity::Info, s.into())
     }
 
-    /// The body as text.
+    /// The body as text (empty for a stream, whose body the loop produces).
     pub fn as_str(&self) -> &str {
         match self {
             Output::Text(s) | Output::Msg(_, s) => s,
+            Output::Stream(_) => "",
         }
     }
 
@@ -152,13 +157,12 @@ impl Output {
     }
 }
 
-/// Commands that need the workers' flow registries (answered asynchronously: `show
-/// sess` by the connection loop's streaming dump, the others by [`dispatch_workers`]).
+/// Commands that change the workers' flow registries (answered asynchronously by
+/// [`dispatch_workers`]; `show sess` is a [`Producer`] the connection loop drains).
 pub fn needs_workers(cmd: &Command) -> bool {
     matches!(
         cmd,
-        Command::ShowSess
-            | Command::ShutdownSession(_)
+        Command::ShutdownSession(_)
             | Command::ShutdownSessionsServer(_)
             | Command::ShowActivity
             | Command::ShowProfiling(_)
@@ -294,26 +298,35 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
             Output::empty()
         }
         Command::ShowMaps => Output::Text(render::show_maps(&ctx.state.maps)),
-        Command::ShowMap(name) => match ctx.state.maps.find(&name) {
-            Some(map) => Output::Text(render::show_map(&map.table())),
+        Command::ShowMap { ver, map } => match ctx.state.maps.find(&map) {
+            Some(map) => Output::Stream(Producer::map(match ver {
+                Some(v) => map.table_at(v),
+                None => map.table(),
+            })),
             None => Output::err(UNKNOWN_MAP),
         },
         Command::GetMap { map, value } => match ctx.state.maps.find(&map) {
             Some(map) => Output::Text(render::get_map(&map.table(), &value)),
             None => Output::err(UNKNOWN_MAP),
         },
-        Command::AddMap { map, key, value } => {
-            map_change(ctx, &map, |maps, m| maps.add(m, &key, &value))
-        }
-        Command::AddMapPayload { map, payload } => {
-            map_change(ctx, &map, |maps, m| maps.add_payload(m, &payload))
+        Command::AddMap {
+            ver,
+            map,
+            key,
+            value,
+        } => map_change(ctx, &map, |maps, m| maps.add_at(m, ver, &key, &value)),
+        Command::AddMapPayload { ver, map, payload } => {
+            map_change(ctx, &map, |maps, m| maps.add_payload_at(m, ver, &payload))
         }
         Command::SetMap { map, key, value } => {
             map_change(ctx, &map, |maps, m| maps.set(m, &key, &value))
         }
         Command::DelMap { map, key } => map_change(ctx, &map, |maps, m| maps.del(m, &key)),
-        Command::ClearMap(map) => map_change(ctx, &map, |maps, m| {
-            maps.clear(m);
+        Command::ClearMap { ver, map } => map_change(ctx, &map, |maps, m| {
+            match ver {
+                Some(v) => maps.clear_at(m, v),
+                None => maps.clear(m),
+            }
             Ok(())
         }),
         Command::GetWeight(target) => match find_server(ctx, &target) {
@@ -385,10 +398,9 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
             ctx.state.stats.clear(all);
             Output::empty()
         }
+        Command::ShowSess => Output::Stream(Producer::sessions(ctx)),
         // Answered by `dispatch_workers` (the connection loop routes them there).
-        Command::ShowSess | Command::ShutdownSession(_) | Command::ShutdownSessionsServer(_) => {
-            Output::empty()
-        }
+        Command::ShutdownSession(_) | Command::ShutdownSessionsServer(_) => Output::empty(),
         Command::Bad { err, .. } => Output::err(format!("{err}\n")),
         Command::Unknown(words) => Output::info(render::unknown(&words)),
         Command::SetProfilingTasks(mode) => {
@@ -456,6 +468,11 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
             ctx.state.conn_released.notify_waiters();
             Output::empty()
         }
+        Command::PrepareMap(map) => match ctx.state.maps.find(&map) {
+            Some(map) => Output::info(format!("New version created: {}\n", map.prepare())),
+            None => Output::err(UNKNOWN_MAP),
+        },
+        Command::CommitMap { ver, map } => map_change(ctx, &map, |_, m| m.commit(ver)),
     }
 }
 

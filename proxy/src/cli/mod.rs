@@ -4,6 +4,8 @@
 //! dropped, by [`Sockets::bind`]; files removed when [`Sockets`] drops) and each client
 //! connection's life: read → split into requests (`frame`) → parse (`command`) → apply
 //! (`dispatch`, the only place state changes) → render (`render`) → batched write.
+//! Large answers (`show map MAP`, `show sess`) come back from `dispatch` as a
+//! `stream::Producer` and are drained a chunk at a time ([`drain`]).
 //!
 //! Invariants:
 //! - The listener and every connection are scheduler tasks of class `Bulk` on the worker
@@ -14,6 +16,10 @@
 //!   written once the batch is exhausted or [`frame::OUT_FLUSH`] bytes are pending —
 //!   never one answer per write. The loop yields every [`YIELD_EVERY`] commands so a long
 //!   batch does not starve flows on the same worker.
+//! - A streamed answer never sits whole in memory: the loop asks its producer for lines
+//!   until [`frame::OUT_FLUSH`] bytes are pending, writes them, yields, and goes on; the
+//!   answer's final empty line is added after its last chunk, and what follows keeps the
+//!   batching rule above.
 //! - Map changes made by a connection are staged (`Maps::defer`) and published before
 //!   any byte of output is written ([`send`]) and when the connection ends, so a batch
 //!   of `add map` builds one map version per flush, and a flow routed after an
@@ -27,6 +33,7 @@ pub mod dispatch;
 pub mod frame;
 pub mod render;
 pub mod sessions;
+pub mod stream;
 pub mod typed;
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -360,33 +367,27 @@ async fn send<S: AsyncWrite + Unpin>(ctx: &Ctx, stream: &mut S, out: &[u8]) -> s
     stream.write_all(out).await
 }
 
-/// `show sess`: every worker's flows, one line each, fetched a chunk at a time and
-/// written whenever [`frame::OUT_FLUSH`] bytes are pending, so memory stays bounded
-/// whatever the number of flows.
-async fn stream_sess<S: AsyncWrite + Unpin>(
+/// Drain a streamed answer's body into `out`, writing whenever [`frame::OUT_FLUSH`]
+/// bytes are pending and yielding between chunks, so memory stays bounded whatever
+/// the size of the answer. What remains under the bound stays in `out`, batched with
+/// the answers that follow.
+async fn drain<S: AsyncWrite + Unpin>(
     ctx: &Ctx,
     stream: &mut S,
     out: &mut Vec<u8>,
+    producer: &mut stream::Producer,
 ) -> std::io::Result<()> {
-    use crate::stats::flows::GATHER_CHUNK;
-    for remote in ctx.state.remotes() {
-        let mut after = None;
-        loop {
-            let chunk = sessions::gather(&remote, after, GATHER_CHUNK).await;
-            for v in &chunk {
-                render::sess_line(ctx, v, out);
-                if out.len() >= frame::OUT_FLUSH {
-                    send(ctx, stream, out).await?;
-                    out.clear();
-                }
-            }
-            match chunk.last() {
-                Some(last) if chunk.len() == GATHER_CHUNK => after = Some(last.id),
-                _ => break,
-            }
+    loop {
+        let more = producer.fill(ctx, out, frame::OUT_FLUSH).await;
+        if out.len() >= frame::OUT_FLUSH {
+            send(ctx, stream, out).await?;
+            out.clear();
         }
+        if !more {
+            return Ok(());
+        }
+        tokio::task::yield_now().await;
     }
-    Ok(())
 }
 
 /// Drive one CLI connection until it closes. Generic over the stream so tests can use
@@ -433,11 +434,6 @@ where
                             dispatch::dispatch(ctx, &mut sess, cmd)
                         } else if !dispatch::allowed(sess.level, cmd.level()) {
                             dispatch::Output::err(dispatch::PERMISSION_DENIED)
-                        } else if matches!(cmd, command::Command::ShowSess) {
-                            if stream_sess(ctx, &mut stream, &mut out).await.is_err() {
-                                return;
-                            }
-                            dispatch::Output::Text(String::new())
                         } else {
                             dispatch::dispatch_workers(ctx, cmd).await
                         };
@@ -446,11 +442,21 @@ where
                             let _ = send(ctx, &mut stream, &out).await;
                             return;
                         }
-                        frame::push_answer(
-                            &mut out,
-                            &answer.render(sess.severity),
-                            &sess.prompt_bytes(ctx),
-                        );
+                        if let dispatch::Output::Stream(mut producer) = answer {
+                            if drain(ctx, &mut stream, &mut out, &mut producer)
+                                .await
+                                .is_err()
+                            {
+                                return;
+                            }
+                            frame::push_answer(&mut out, "", &sess.prompt_bytes(ctx));
+                        } else {
+                            frame::push_answer(
+                                &mut out,
+                                &answer.render(sess.severity),
+                                &sess.prompt_bytes(ctx),
+                            );
+                        }
                         if out.len() >= frame::OUT_FLUSH {
                             if send(ctx, &mut stream, &out).await.is_err() {
                                 return;

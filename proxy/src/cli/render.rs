@@ -13,7 +13,7 @@ use std::time::UNIX_EPOCH;
 use crate::config::{Backend, Balance, CliLevel, Frontend};
 use crate::daemon::Phase;
 
-use crate::maps::{self, Maps, Table};
+use crate::maps::{Maps, Table};
 
 use super::command::{HelpEntry, InfoFormat, HELP};
 use super::Ctx;
@@ -964,15 +964,6 @@ pub fn show_maps(maps: &Maps) -> String {
     for m in maps.iter() {
         out.push_str(&m.describe());
         out.push('\n');
-    }
-    out
-}
-
-/// `show map MAP`: `0x<ref> key value` per entry, in insertion order.
-pub fn show_map(table: &Table) -> String {
-    let mut out = String::new();
-    for e in table.entries_in_order() {
-        let _ = writeln!(out, "0x{:x} {} {}", maps::entry_ptr(e), e.key, e.value);
     }
     out
 }

@@ -1781,3 +1781,146 @@ fn help_lists_new_commands_in_haproxy_order() {
     assert!(pos("  show version ") < pos("  shutdown session "));
     assert!(h.ends_with("  help [<command>]                        : list matching or all commands\n  prompt                                  : toggle interactive mode with prompt\n  quit                                    : disconnect\n\n"));
 }
+
+#[test]
+fn map_versions_prepare_add_show_commit_like_haproxy() {
+    let (ctx, _tx) = map_ctx();
+    let run = |cmd: &str| converse(&ctx, admin_session(), format!("{cmd}\n").as_bytes(), true);
+    let unknown = "Unknown map identifier. Please use #<id> or <file>.\n\n";
+    assert_eq!(
+        run("add map @1 #0 10.9.0.1 b"),
+        "Version number in the future, please use 'prepare map' before.\n\n"
+    );
+    assert_eq!(run("prepare map #0"), "New version created: 1\n\n");
+    assert_eq!(run("prepare map"), unknown);
+    assert_eq!(run("prepare map #5"), unknown);
+    assert!(run("show map").contains(" curr_ver=0 next_ver=1 entry_cnt=2\n"));
+    assert_eq!(run("add map @1 #0 10.9.0.1 b"), "\n");
+    assert_eq!(run("add map @1 #0 <<\n10.9.0.2 b2\n"), "\n");
+    assert_eq!(
+        map_lines(&run("show map @1 #0")).0,
+        ["10.9.0.1 b", "10.9.0.2 b2"]
+    );
+    // The current version is untouched and still shown by default and as @0.
+    let current = run("show map #0");
+    assert_eq!(map_lines(&current).0, ["127.0.0.1 b", "10.0.0.1 b"]);
+    assert_eq!(run("show map @0 #0"), current);
+    assert_eq!(run("show map @9 #0"), "\n");
+    assert_eq!(run("show map @1"), unknown);
+    assert!(run("show map").contains(" curr_ver=0 next_ver=1 entry_cnt=2\n"));
+    for (cmd, err) in [
+        ("commit map #0", "Missing version number.\n"),
+        ("commit map", "Missing version number.\n"),
+        ("commit map @1", "Missing map identifier.\n"),
+        (
+            "commit map @1 #5",
+            "Unknown map identifier. Please use #<id> or <file>.\n",
+        ),
+        ("commit map @0 #0", "Version number out of range.\n"),
+        ("commit map @2 #0", "Version number out of range.\n"),
+        ("clear map @1", "Missing map identifier.\n"),
+    ] {
+        assert_eq!(run(cmd), format!("{err}\n"), "{cmd}");
+    }
+    assert_eq!(run("commit map @1 #0"), "\n");
+    assert!(run("show map").contains(" curr_ver=1 next_ver=1 entry_cnt=2\n"));
+    assert_eq!(
+        map_lines(&run("show map #0")).0,
+        ["10.9.0.1 b", "10.9.0.2 b2"]
+    );
+    assert_eq!(
+        run("get map #0 127.0.0.1"),
+        "type=ip, case=sensitive, found=no\n\n"
+    );
+    // clear map @VER of a prepared version, then commit: an empty map.
+    assert_eq!(
+        run("prepare map /run/haproxy/be.map"),
+        "New version created: 2\n\n"
+    );
+    assert_eq!(
+        run("add map @2 #0 10.1.1.1 x; clear map @2 #0; show map @2 #0"),
+        "\n\n\n"
+    );
+    assert_eq!(run("commit map @2 #0; show map #0"), "\n\n");
+    // Versions need operator level; show map @VER does not.
+    let user = || Session::new(CliLevel::User, Duration::from_secs(10));
+    for cmd in [
+        "prepare map #0",
+        "commit map @3 #0",
+        "add map @2 #0 10.0.0.1 a",
+    ] {
+        assert_eq!(
+            converse(&ctx, user(), format!("{cmd}\n").as_bytes(), true),
+            "Permission denied\n\n",
+            "{cmd}"
+        );
+    }
+    assert_eq!(converse(&ctx, user(), b"show map @2 #0\n", true), "\n");
+}
+
+/// A config whose map `#0` holds `n` entries `10.x.y.z/32 -> v<i>` in order.
+fn big_map_ctx(n: u32) -> (Ctx, watch::Sender<Phase>) {
+    let mut text = String::new();
+    for i in 0..n {
+        let a = std::net::Ipv4Addr::from(0x0a00_0000 + i);
+        text.push_str(&format!("{a} v{i}\n"));
+    }
+    let mut c = reference_config("127.0.0.1:18080".parse().unwrap(), [19001, 19002]);
+    c.maps = vec![MapSource {
+        path: "/big.map".into(),
+        used_at: Location::default(),
+        entries: crate::maps::parse_text("big.map", &text).unwrap(),
+    }];
+    make_ctx(c)
+}
+
+#[test]
+fn show_map_of_a_large_map_streams_in_order_and_keeps_batching() {
+    const N: u32 = 40_000;
+    let (ctx, _tx) = big_map_ctx(N);
+    let writes = Rc::new(Cell::new(0));
+    let got = rt().block_on(async {
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let server = CountWrites {
+            inner: server,
+            writes: writes.clone(),
+        };
+        client
+            .write_all(b"show cli level; show map #0; show cli level\n")
+            .await
+            .unwrap();
+        client.shutdown().await.unwrap();
+        let read = async {
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).await.unwrap();
+            got
+        };
+        let (_, got) = tokio::time::timeout(WAIT * 4, async {
+            tokio::join!(serve_conn(&ctx, server, op_session()), read)
+        })
+        .await
+        .expect("dump did not finish");
+        String::from_utf8(got).unwrap()
+    });
+    let body = got
+        .strip_prefix("operator\n\n")
+        .and_then(|r| r.strip_suffix("\noperator\n\n"))
+        .unwrap_or_else(|| panic!("answers out of order: {:?}", &got[..200.min(got.len())]));
+    let (kv, ptrs) = map_lines(body);
+    assert_eq!(kv.len(), N as usize, "every entry once");
+    for (i, l) in kv.iter().enumerate() {
+        let a = std::net::Ipv4Addr::from(0x0a00_0000 + i as u32);
+        assert_eq!(l, &format!("{a} v{i}"), "line {i}");
+    }
+    let mut uniq = ptrs.clone();
+    uniq.dedup();
+    assert_eq!(uniq.len(), ptrs.len(), "pointers distinct and increasing");
+    // Chunks of about OUT_FLUSH bytes, not one write per line nor one huge write.
+    let w = writes.get();
+    let chunks = got.len() / frame::OUT_FLUSH;
+    eprintln!("{} bytes in {w} writes", got.len());
+    assert!(
+        w >= chunks && w <= 2 * chunks + 2,
+        "{w} writes for {chunks} chunks"
+    );
+}

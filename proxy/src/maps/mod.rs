@@ -25,6 +25,15 @@
 //! [`PUBLISH_EVERY`] staged changes, and when the last guard drops. So a change is
 //! visible to flows at the latest when its acknowledgement leaves the process, and
 //! no staged change outlives its guard. Without a guard every change publishes at once.
+//!
+//! Versions (HAProxy 2.6's atomic replacement): a map has a current version number
+//! `curr_ver` (what flows use) and the last number handed out, `next_ver`, both 0 at
+//! start and wrapping at 2^32 as HAProxy's generations do. `prepare map` reserves the
+//! next number; `add map @V` / `clear map @V` / `show map @V` work on version V, which
+//! is the live table when V is current and otherwise a private [`Table`] no flow ever
+//! reads; `commit map @V` (curr_ver < V <= next_ver) makes V's table the live one with
+//! one `ArcSwap` store and discards V's predecessors (the old live table included,
+//! with any change staged for it). Versions prepared after V survive the commit.
 
 pub mod key;
 pub mod net;
@@ -33,7 +42,7 @@ pub mod table;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -90,6 +99,12 @@ pub enum MapError {
     /// A payload line without a value.
     #[error("Missing value for key '{0}'")]
     MissingValue(String),
+    /// `add map @V` with V beyond the last `prepare map`.
+    #[error("Version number in the future, please use 'prepare map' before")]
+    VersionInFuture,
+    /// `commit map @V` with V not in curr_ver+1..=next_ver.
+    #[error("Version number out of range")]
+    VersionOutOfRange,
 }
 
 /// Read and check a map file whose keys are of kind `kind`.
@@ -160,12 +175,36 @@ pub struct MapRt {
     write: Mutex<Staged>,
 }
 
-/// The writer side of a map: the next version while publication is deferred.
+/// The writer side of a map: the next version while publication is deferred, and the
+/// prepared versions.
 #[derive(Debug, Default)]
 struct Staged {
     next: Option<Table>,
     /// Changes in `next` not yet published.
     changes: usize,
+    /// Version number of the live table.
+    curr_ver: u32,
+    /// Last version number `prepare map` handed out.
+    next_ver: u32,
+    /// Tables of versions other than the current one that received entries (or a
+    /// `clear`), by number. Never read by flows.
+    versions: BTreeMap<u32, Table>,
+}
+
+/// Whether version `a` comes after version `b` (HAProxy's wrapping comparison).
+fn ver_after(a: u32, b: u32) -> bool {
+    // Reinterpreting the wrapped difference as signed is the comparison itself.
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+/// A map version as the CLI names it, `@N`: HAProxy reads the leading digits and
+/// ignores the rest (no digits reads as 0), wrapping as its `str2uic` does.
+pub fn parse_version(word: &str) -> u32 {
+    word.bytes()
+        .take_while(u8::is_ascii_digit)
+        .fold(0u32, |v, b| {
+            v.wrapping_mul(10).wrapping_add(u32::from(b - b'0'))
+        })
 }
 
 impl MapRt {
@@ -191,8 +230,9 @@ impl MapRt {
 
     /// The line `show map` prints for this map (without the final `\n`).
     pub fn describe(&self) -> String {
+        let (curr, next) = self.versions();
         format!(
-            "{} ({}) pattern loaded from file '{}' used by map at file '{}' line {}. curr_ver=0 next_ver=0 entry_cnt={}",
+            "{} ({}) pattern loaded from file '{}' used by map at file '{}' line {}. curr_ver={curr} next_ver={next} entry_cnt={}",
             self.id,
             self.path,
             self.path,
@@ -202,19 +242,103 @@ impl MapRt {
         )
     }
 
+    /// `(curr_ver, next_ver)`.
+    pub fn versions(&self) -> (u32, u32) {
+        let w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        (w.curr_ver, w.next_ver)
+    }
+
+    /// Version `ver` of the map: the live table (staged changes published first) when
+    /// it is the current version, else that version's private table (empty if nothing
+    /// was added to it).
+    pub fn table_at(&self, ver: u32) -> Arc<Table> {
+        let mut w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        if ver == w.curr_ver {
+            self.publish_locked(&mut w);
+            return self.current.load_full();
+        }
+        Arc::new(
+            w.versions
+                .get(&ver)
+                .cloned()
+                .unwrap_or_else(|| Table::new(self.kind)),
+        )
+    }
+
+    /// Apply `f` to version `ver`: the live table (see [`MapRt::update`]) when current,
+    /// else the version's private table, created empty on first use.
+    /// Refuse a version beyond `next_ver`, as HAProxy's `add map @V` does.
+    fn check_version(&self, ver: Option<u32>) -> Result<(), MapError> {
+        match ver {
+            Some(v) if ver_after(v, self.versions().1) => Err(MapError::VersionInFuture),
+            _ => Ok(()),
+        }
+    }
+
+    /// A version beyond `next_ver` is refused (checked again under the lock).
+    fn update_at<R>(
+        &self,
+        ver: Option<u32>,
+        defer: bool,
+        f: impl FnOnce(&mut Table) -> R,
+    ) -> Result<R, MapError> {
+        let mut w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        match ver {
+            Some(v) if ver_after(v, w.next_ver) => Err(MapError::VersionInFuture),
+            Some(v) if v != w.curr_ver => {
+                let t = w.versions.entry(v).or_insert_with(|| Table::new(self.kind));
+                Ok(f(t))
+            }
+            _ => Ok(self.update_locked(&mut w, defer, f)),
+        }
+    }
+
     /// Apply `f` to the next version and publish it, unless publication is deferred
     /// (`defer`); `f`'s result is returned.
     fn update<R>(&self, defer: bool, f: impl FnOnce(&mut Table) -> R) -> R {
         let mut w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        self.update_locked(&mut w, defer, f)
+    }
+
+    fn update_locked<R>(&self, w: &mut Staged, defer: bool, f: impl FnOnce(&mut Table) -> R) -> R {
         let next = w
             .next
             .get_or_insert_with(|| Table::clone(&self.current.load()));
         let r = f(next);
         w.changes += 1;
         if !defer || w.changes >= PUBLISH_EVERY {
-            self.publish_locked(&mut w);
+            self.publish_locked(w);
         }
         r
+    }
+
+    /// `prepare map`: reserve the next version number.
+    pub fn prepare(&self) -> u32 {
+        let mut w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        w.next_ver = w.next_ver.wrapping_add(1);
+        w.next_ver
+    }
+
+    /// `commit map @ver`: make version `ver` (curr_ver < ver <= next_ver) the live
+    /// table in one store, and drop every version before it.
+    pub fn commit(&self, ver: u32) -> Result<(), MapError> {
+        let mut w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        // HAProxy's window test, in wrapping arithmetic: curr < ver <= next.
+        let window = w.next_ver.wrapping_sub(w.curr_ver);
+        if ver.wrapping_sub(w.curr_ver.wrapping_add(1)) >= window {
+            return Err(MapError::VersionOutOfRange);
+        }
+        let table = w
+            .versions
+            .remove(&ver)
+            .unwrap_or_else(|| Table::new(self.kind));
+        // Changes staged for the outgoing table die with it.
+        w.next = None;
+        w.changes = 0;
+        self.current.store(Arc::new(table));
+        w.curr_ver = ver;
+        w.versions.retain(|&v, _| ver_after(v, ver));
+        Ok(())
     }
 }
 
@@ -353,15 +477,39 @@ impl Maps {
 
     /// `add map`: one entry.
     pub fn add(&self, map: &MapRt, key: &str, value: &str) -> Result<(), MapError> {
+        self.add_at(map, None, key, value)
+    }
+
+    /// `add map [@ver]`: one entry, to version `ver` (the current one when `None`).
+    pub fn add_at(
+        &self,
+        map: &MapRt,
+        ver: Option<u32>,
+        key: &str,
+        value: &str,
+    ) -> Result<(), MapError> {
+        // HAProxy refuses a future version before it looks at the key.
+        map.check_version(ver)?;
         let net = MapKey::parse(map.kind, key)?;
         let entry = self.entry(key, value);
-        map.update(self.deferred(), |t| t.add(net, entry));
-        Ok(())
+        map.update_at(ver, self.deferred(), |t| t.add(net, entry))
     }
 
     /// `add map MAP <<` payload: `key value` lines, applied in one version. Lines before
     /// a bad one stay applied (as HAProxy, which stops at the first error).
     pub fn add_payload(&self, map: &MapRt, payload: &str) -> Result<(), MapError> {
+        self.add_payload_at(map, None, payload)
+    }
+
+    /// `add map [@ver] MAP <<`: [`Maps::add_payload`] to version `ver`.
+    pub fn add_payload_at(
+        &self,
+        map: &MapRt,
+        ver: Option<u32>,
+        payload: &str,
+    ) -> Result<(), MapError> {
+        // HAProxy checks the version before reading the payload.
+        map.check_version(ver)?;
         let mut err = None;
         let mut batch = Vec::new();
         for line in payload.lines() {
@@ -381,11 +529,11 @@ impl Maps {
             }
         }
         if !batch.is_empty() {
-            map.update(self.deferred(), |t| {
+            map.update_at(ver, self.deferred(), |t| {
                 for (net, e) in batch {
                     t.add(net, e);
                 }
-            });
+            })?;
         }
         err.map_or(Ok(()), Err)
     }
@@ -446,6 +594,17 @@ impl Maps {
     /// `clear map`: remove every entry.
     pub fn clear(&self, map: &MapRt) {
         map.update(self.deferred(), |t| *t = Table::new(map.kind));
+    }
+
+    /// `clear map @ver`: remove every entry of version `ver` (the live table when it
+    /// is the current version). Any version may be cleared, as in HAProxy.
+    pub fn clear_at(&self, map: &MapRt, ver: u32) {
+        let mut w = map.write.lock().unwrap_or_else(|e| e.into_inner());
+        if ver == w.curr_ver {
+            map.update_locked(&mut w, self.deferred(), |t| *t = Table::new(map.kind));
+        } else {
+            w.versions.remove(&ver);
+        }
     }
 }
 

@@ -311,10 +311,95 @@ impl Table {
             .flat_map(|(net, list)| list.iter().map(move |e| (net, e)))
     }
 
-    /// Every entry in insertion order (as `show map` lists them).
+    /// Every entry in insertion order. Holds a pointer per entry: for small maps and
+    /// tests; `show map` pages through [`OrderedScan`] instead.
     pub fn entries_in_order(&self) -> Vec<&Entry> {
         let mut v: Vec<&Entry> = self.iter().map(|(_, e)| e).collect();
         v.sort_unstable_by_key(|e| e.seq);
         v
+    }
+
+    /// Entries of leaf number `i` (0..[`LEAVES`]), in no particular order.
+    fn leaf_entries(&self, i: usize) -> impl Iterator<Item = &Entry> + '_ {
+        self.root[i / FANOUT][i % FANOUT]
+            .values()
+            .flat_map(|list| list.iter())
+    }
+}
+
+/// Leaves of a table (a step of [`OrderedScan`] visits whole leaves).
+pub const LEAVES: usize = FANOUT * FANOUT;
+
+/// One resumable pass over a table that collects, in insertion (`seq`) order, the
+/// `max` oldest entries newer than `after`: how `show map` pages through a map of any
+/// size without a pointer per entry.
+///
+/// Why a selection pass rather than a sorted index: a table is hashed, not ordered, and
+/// keeping an order index would make every `add map` dearer. A pass visits every entry
+/// but keeps at most `2 * max` clones (three reference counts each, no copy of the
+/// text): when the buffer fills, the `max` oldest are kept and the rest dropped, and
+/// from then on entries newer than the newest kept are skipped. A dump of n entries
+/// costs n / max passes; the caller bounds each [`OrderedScan::step`] by entries
+/// visited, so a pass over a huge map can yield to the scheduler part way.
+#[derive(Debug)]
+pub struct OrderedScan {
+    after: Option<u64>,
+    max: usize,
+    next_leaf: usize,
+    buf: Vec<Entry>,
+    /// Once `max` entries are kept: the newest of them (newer ones cannot qualify).
+    ceiling: Option<u64>,
+}
+
+impl OrderedScan {
+    /// A pass for the `max` (at least one) oldest entries with `seq` above `after`.
+    pub fn new(after: Option<u64>, max: usize) -> Self {
+        OrderedScan {
+            after,
+            max: max.max(1),
+            next_leaf: 0,
+            buf: Vec::new(),
+            ceiling: None,
+        }
+    }
+
+    /// Visit more leaves of `table` (always the same table for one pass), whole
+    /// leaves (at least one), until about `budget` entries were visited. True when the
+    /// pass has visited every leaf.
+    pub fn step(&mut self, table: &Table, budget: usize) -> bool {
+        let first = self.next_leaf;
+        let mut visited = 0usize;
+        while self.next_leaf < LEAVES && (self.next_leaf == first || visited < budget) {
+            let i = self.next_leaf;
+            self.next_leaf += 1;
+            for e in table.leaf_entries(i) {
+                visited += 1;
+                if self.after.is_some_and(|a| e.seq <= a) || self.ceiling.is_some_and(|c| e.seq > c)
+                {
+                    continue;
+                }
+                self.buf.push(e.clone());
+                if self.buf.len() >= 2 * self.max {
+                    self.keep_oldest();
+                }
+            }
+        }
+        self.next_leaf >= LEAVES
+    }
+
+    fn keep_oldest(&mut self) {
+        if self.buf.len() > self.max {
+            self.buf.select_nth_unstable_by_key(self.max - 1, |e| e.seq);
+            self.buf.truncate(self.max);
+        }
+        self.ceiling = self.buf.iter().map(|e| e.seq).max();
+    }
+
+    /// The collected entries, oldest first (at most `max`; fewer means the table holds
+    /// no more after them).
+    pub fn finish(mut self) -> Vec<Entry> {
+        self.keep_oldest();
+        self.buf.sort_unstable_by_key(|e| e.seq);
+        self.buf
     }
 }

@@ -308,3 +308,135 @@ fn string_map_files_and_runtime_changes() {
     // The same text as an IP map fails on the name.
     assert!(parse_text("s.map", "A.test a\n").is_err());
 }
+
+/// Every entry of `t` through [`OrderedScan`] passes of `max`, `budget` entries a step.
+fn paged(t: &Table, max: usize, budget: usize) -> (Vec<u64>, usize) {
+    let mut seqs = Vec::new();
+    let mut passes = 0;
+    let mut after = None;
+    loop {
+        let mut scan = table::OrderedScan::new(after, max);
+        passes += 1;
+        while !scan.step(t, budget) {}
+        let got = scan.finish();
+        assert!(got.len() <= max);
+        seqs.extend(got.iter().map(|e| e.seq));
+        if got.len() < max {
+            return (seqs, passes);
+        }
+        after = got.last().map(|e| e.seq);
+    }
+}
+
+#[test]
+fn ordered_scan_pages_every_entry_once_in_insertion_order() {
+    let mut t = Table::default();
+    // Seqs out of step with the hash order, with gaps and duplicate keys.
+    let mut want = Vec::new();
+    for i in 0..3000u32 {
+        let seq = u64::from(i) * 7 + 3;
+        let k = std::net::Ipv4Addr::from(0x0a00_0000 + (i % 2500)).to_string();
+        t.add(net(&k), entry(seq, &k, "v"));
+        want.push(seq);
+    }
+    for (max, budget) in [(29, usize::MAX), (7, 1), (100, 13), (3000, 640), (5000, 0)] {
+        let (got, passes) = paged(&t, max, budget);
+        assert_eq!(got, want, "max {max}");
+        assert_eq!(passes, 3000 / max + 1, "max {max}");
+    }
+    // An empty table: one pass, nothing.
+    assert_eq!(paged(&Table::default(), 10, 100), (vec![], 1));
+}
+
+#[test]
+fn prepared_versions_stay_private_until_commit() {
+    let maps = Maps::new(&config_with_map("127.0.0.2 a\n127.0.0.3 a\n"));
+    let m = maps.find("#0").unwrap();
+    assert_eq!(m.versions(), (0, 0));
+    // Adding to a version nobody prepared.
+    assert_eq!(
+        maps.add_at(m, Some(1), "127.0.0.2", "b"),
+        Err(MapError::VersionInFuture)
+    );
+    assert_eq!(
+        MapError::VersionInFuture.to_string(),
+        "Version number in the future, please use 'prepare map' before"
+    );
+    // The future check comes before the key check, as in HAProxy.
+    assert_eq!(
+        maps.add_at(m, Some(1), "junk", "b"),
+        Err(MapError::VersionInFuture)
+    );
+    assert_eq!(
+        maps.add_payload_at(m, Some(1), "127.0.0.2 b\n"),
+        Err(MapError::VersionInFuture)
+    );
+    assert_eq!(m.prepare(), 1);
+    assert_eq!(m.versions(), (0, 1));
+    assert!(m.describe().contains(" curr_ver=0 next_ver=1 entry_cnt=2"));
+    maps.add_at(m, Some(1), "127.0.0.2", "b").unwrap();
+    maps.add_payload_at(m, Some(1), "127.0.0.9 b\n10.0.0.0/8 a\n")
+        .unwrap();
+    // Flows and the current version do not see version 1.
+    assert_eq!(maps.route(0, ip("127.0.0.2")), Some(Some(0)));
+    assert_eq!(maps.route(0, ip("127.0.0.9")), None);
+    assert_eq!(m.table().len(), 2);
+    assert_eq!(m.table_at(1).len(), 3);
+    assert_eq!(m.table_at(0).len(), 2);
+    assert!(m.table_at(7).is_empty());
+    // `@0` is the current version: a plain add.
+    maps.add_at(m, Some(0), "127.0.0.4", "b").unwrap();
+    assert_eq!(maps.route(0, ip("127.0.0.4")), Some(Some(1)));
+
+    // A second prepared version survives the commit of the first.
+    assert_eq!(m.prepare(), 2);
+    maps.add_at(m, Some(2), "127.0.0.5", "a").unwrap();
+    // Out of range: the current version, the future, nothing at all.
+    for v in [0, 3, 100, u32::MAX] {
+        assert_eq!(m.commit(v), Err(MapError::VersionOutOfRange), "@{v}");
+    }
+    // Staged changes of the outgoing table are discarded with it.
+    let d = maps.defer();
+    maps.add(m, "127.0.0.6", "a").unwrap();
+    let held = m.current.load_full();
+    m.commit(1).unwrap();
+    drop(d);
+    assert_eq!(m.versions(), (1, 2));
+    assert_eq!(
+        maps.route(0, ip("127.0.0.2")),
+        Some(Some(1)),
+        "version 1 live"
+    );
+    assert_eq!(maps.route(0, ip("127.0.0.9")), Some(Some(1)));
+    assert_eq!(maps.route(0, ip("127.0.0.3")), None, "version 0 is gone");
+    assert_eq!(maps.route(0, ip("127.0.0.4")), None);
+    assert_eq!(maps.route(0, ip("127.0.0.6")), None);
+    // A flow that loaded version 0 before the commit keeps answering by it.
+    assert_eq!(held.lookup(ip("127.0.0.3")).and_then(|e| e.target), Some(0));
+    assert_eq!(m.table().len(), 3);
+    assert_eq!(m.commit(1), Err(MapError::VersionOutOfRange), "no recommit");
+    assert_eq!(m.table_at(2).len(), 1);
+    // Clearing a prepared version empties it; committing it empties the map.
+    maps.clear_at(m, 2);
+    assert!(m.table_at(2).is_empty());
+    m.commit(2).unwrap();
+    assert!(m.table().is_empty());
+    assert_eq!(m.versions(), (2, 2));
+    // `clear map @curr` clears the live table.
+    maps.add(m, "127.0.0.2", "a").unwrap();
+    maps.clear_at(m, 2);
+    assert_eq!(maps.route(0, ip("127.0.0.2")), None);
+}
+
+#[test]
+fn versions_wrap_like_haproxy_generations() {
+    assert_eq!(parse_version("12"), 12);
+    assert_eq!(parse_version("12abc"), 12);
+    assert_eq!(parse_version(""), 0);
+    assert_eq!(parse_version("x1"), 0);
+    assert_eq!(parse_version("4294967297"), 1);
+    assert!(ver_after(1, 0));
+    assert!(ver_after(0, u32::MAX));
+    assert!(!ver_after(u32::MAX, 0));
+    assert!(!ver_after(5, 5));
+}

@@ -26,8 +26,9 @@ use crate::scheduler::{self, TaskHandle};
 pub const ID_SEQ_SHIFT: u32 = 4;
 /// Bit where the worker index (plus one) starts in an id.
 pub const ID_THREAD_SHIFT: u32 = 40;
-/// Most flows one gather job returns (bounds the memory of `show sess`).
-pub const GATHER_CHUNK: usize = 1024;
+/// Most flows one gather job returns: bounds the memory of `show sess` and how long
+/// one job holds the worker that owns the flows.
+pub const GATHER_CHUNK: usize = 256;
 
 /// What the CLI sees of one flow (a copy, `Send`).
 #[derive(Debug, Clone, PartialEq, Eq)]
