@@ -474,6 +474,12 @@ async fn worker_main(
             tasks.push(scheduler::spawn(Class::Bulk, "bpf-log", fut));
         }
     }
+    // Health and agent checks: this worker's share of the checked servers.
+    tasks.extend(crate::checks::spawn_for_worker(
+        &state,
+        scheduler::thread_id(),
+        state.nbthread,
+    ));
     for (fi, l) in listeners {
         match TcpListener::from_std(l) {
             Ok(l) => {

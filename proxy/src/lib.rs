@@ -7,6 +7,7 @@
 //! `session` (one flow, top to bottom).
 
 pub mod bpf;
+pub mod checks;
 pub mod cli;
 pub mod config;
 pub mod daemon;

@@ -183,10 +183,12 @@ mod col {
     pub const RATE_LIM: usize = 34;
     pub const RATE_MAX: usize = 35;
     pub const CHECK_STATUS: usize = 36;
+    pub const CHECK_CODE: usize = 37;
     pub const CHECK_DURATION: usize = 38;
     pub const CLI_ABRT: usize = 49;
     pub const SRV_ABRT: usize = 50;
     pub const LASTSESS: usize = 55;
+    pub const LAST_CHK: usize = 56;
     pub const CHECK_DESC: usize = 65;
     pub const CHECK_RISE: usize = 67;
     pub const CHECK_FALL: usize = 68;
@@ -418,21 +420,11 @@ fn frontend_row(ctx: &Ctx, fi: usize, fe: &Frontend) -> Row {
     r
 }
 
-/// HAProxy's server status word.
-fn server_status(ctx: &Ctx, bi: usize, si: usize) -> &'static str {
+/// HAProxy's server status word (`UP`, `DOWN 1/2`, `DRAIN`, `no check`, ...).
+fn server_status(ctx: &Ctx, bi: usize, si: usize) -> String {
     let rt = &ctx.state.backends[bi].servers[si];
-    let checked = ctx.state.config.backends[bi].servers[si].check.enabled;
-    if rt.is_maint() {
-        "MAINT"
-    } else if !rt.is_up() {
-        "DOWN"
-    } else if super::dispatch::admin_note(rt).drain_weight.is_some() {
-        "DRAIN"
-    } else if checked {
-        "UP"
-    } else {
-        "no check"
-    }
+    let cli_drain = super::dispatch::admin_note(rt).drain_weight.is_some();
+    crate::checks::status_word(rt, cli_drain)
 }
 
 fn server_row(ctx: &Ctx, bi: usize, si: usize, uptime: u64) -> Row {
@@ -459,7 +451,14 @@ fn server_row(ctx: &Ctx, bi: usize, si: usize, uptime: u64) -> Row {
     r.set(col::WEIGHT, uweight);
     r.set(col::ACT, u32::from(!cfg.backup));
     r.set(col::BCK, u32::from(cfg.backup));
-    r.set(col::LASTCHG, uptime);
+    r.set(
+        col::LASTCHG,
+        if cfg.check.enabled || cfg.check.agent_check {
+            rt.check_report().last_change.elapsed().as_secs()
+        } else {
+            uptime
+        },
+    );
     r.set(col::PID, 1);
     r.set(col::IID, be.id);
     r.set(col::SID, cfg.id);
@@ -478,36 +477,54 @@ fn server_row(ctx: &Ctx, bi: usize, si: usize, uptime: u64) -> Row {
     r.set(col::UWEIGHT, uweight);
     r.set(col::DASH, "-");
     if cfg.check.enabled {
-        // Health checks fill these for real once the checks issue lands; until then
-        // the reported state is the runtime up/down flag.
-        let rise = cfg.check.rise.unwrap_or(DEFAULT_RISE);
-        let fall = cfg.check.fall.unwrap_or(DEFAULT_FALL);
-        let up = rt.is_up();
-        r.zeros([
-            col::CHKFAIL,
-            col::CHKDOWN,
-            col::DOWNTIME,
-            col::CHECK_DURATION,
-        ]);
-        r.set(col::CHECK_STATUS, if up { "L4OK" } else { "L4CON" });
+        // The last health check, as HAProxy's stats show it: `INI` before the first.
+        let rep = rt.check_report();
+        r.set(col::CHKFAIL, rt.chkfail());
+        r.set(col::CHKDOWN, rt.chkdown());
+        r.set(col::DOWNTIME, rt.downtime().as_secs());
+        match rep.status {
+            None => {
+                r.set(col::CHECK_STATUS, "INI");
+                r.set(col::CHECK_DESC, "Initializing");
+            }
+            Some(st) => {
+                r.set(col::CHECK_STATUS, st.info());
+                r.set(col::CHECK_DESC, st.desc());
+                if st.has_code() {
+                    r.set(col::CHECK_CODE, rep.code.unwrap_or(0));
+                }
+                if let Some(d) = rep.duration {
+                    r.set(col::CHECK_DURATION, d.as_millis());
+                }
+                r.set(col::LAST_CHK, csv_field(&rep.desc));
+            }
+        }
+        r.set(col::CHECK_RISE, rt.rise());
+        r.set(col::CHECK_FALL, rt.fall());
         r.set(
-            col::CHECK_DESC,
-            if up {
-                "Layer4 check passed"
-            } else {
-                "Layer4 connection problem"
-            },
+            col::CHECK_HEALTH,
+            if rt.is_maint() { 0 } else { rt.health() },
         );
-        r.set(col::CHECK_RISE, rise);
-        r.set(col::CHECK_FALL, fall);
-        r.set(col::CHECK_HEALTH, if up { rise + fall - 1 } else { 0 });
     }
     r
 }
 
-/// HAProxy's default `rise` and `fall`.
-const DEFAULT_RISE: u32 = 2;
-const DEFAULT_FALL: u32 = 3;
+/// A free-text value made safe for one CSV field (HAProxy quotes such fields; shunt's
+/// consumers split on commas, so commas and line ends become spaces).
+fn csv_field(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if matches!(c, ',' | '\n' | '\r') {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// HAProxy's default `rise`.
+const DEFAULT_RISE: u32 = crate::checks::DEFAULT_RISE;
 
 fn algo_name(b: Balance) -> &'static str {
     match b {
@@ -1001,11 +1018,12 @@ const SRV_ST_RUNNING: u32 = 2;
 const SRV_ADMF_FMAINT: u32 = 0x01;
 const SRV_ADMF_CMAINT: u32 = 0x04;
 const SRV_ADMF_FDRAIN: u32 = 0x08;
-/// Check status codes (HCHK_STATUS_*): initial, layer 4 passed, layer 4 refused.
+/// Check status code before the first check (HCHK_STATUS_INI); the others come from
+/// `crate::checks::Status::code`.
 const HCHK_STATUS_INI: u32 = 1;
-const HCHK_STATUS_L4OK: u32 = 6;
-const HCHK_STATUS_L4CON: u32 = 8;
 /// Check results (CHK_RES_*).
+const CHK_RES_UNKNOWN: u32 = 0;
+const CHK_RES_NEUTRAL: u32 = 1;
 const CHK_RES_FAILED: u32 = 2;
 const CHK_RES_PASSED: u32 = 3;
 /// Check state bits (CHK_ST_*): configured, enabled, paused.
@@ -1042,18 +1060,24 @@ pub fn show_servers_state(
                 admin |= SRV_ADMF_FDRAIN;
             }
             let rise = cfg.check.rise.unwrap_or(DEFAULT_RISE);
-            let fall = cfg.check.fall.unwrap_or(DEFAULT_FALL);
             let (status, result, health, state) = if cfg.check.enabled {
                 let mut state = CHK_ST_CONFIGURED | CHK_ST_ENABLED;
                 if maint {
                     state |= CHK_ST_PAUSED;
                 }
-                if rt.is_up() {
-                    let health = if maint { 0 } else { rise + fall - 1 };
-                    (HCHK_STATUS_L4OK, CHK_RES_PASSED, health, state)
-                } else {
-                    (HCHK_STATUS_L4CON, CHK_RES_FAILED, 0, state)
-                }
+                let (status, result) = match rt.check_report().status {
+                    None => (HCHK_STATUS_INI, CHK_RES_UNKNOWN),
+                    Some(st) => (
+                        st.code(),
+                        match st.passed() {
+                            Some(true) => CHK_RES_PASSED,
+                            Some(false) => CHK_RES_FAILED,
+                            None => CHK_RES_NEUTRAL,
+                        },
+                    ),
+                };
+                // Maintenance resets the health, as HAProxy does.
+                (status, result, if maint { 0 } else { rt.health() }, state)
             } else {
                 let state = if admin & SRV_ADMF_CMAINT != 0 {
                     CHK_ST_PAUSED
@@ -1062,7 +1086,13 @@ pub fn show_servers_state(
                 };
                 (HCHK_STATUS_INI, 0, if running { rise } else { 0 }, state)
             };
-            let since = n.changed.map_or(uptime, |t| t.elapsed().as_secs());
+            let since = match n.changed {
+                Some(t) => t.elapsed().as_secs(),
+                None if cfg.check.enabled || cfg.check.agent_check => {
+                    rt.check_report().last_change.elapsed().as_secs()
+                }
+                None => uptime,
+            };
             let _ = writeln!(
                 out,
                 "{} {} {} {} {} {} {} {} {} {} {} {} {} {} 0 0 0 - {} - 0 {} - - 0",

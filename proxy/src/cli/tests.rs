@@ -404,6 +404,7 @@ fn reference_rows() -> Vec<String> {
 #[test]
 fn show_stat_rows_have_haproxy_shape_and_live_counters() {
     let (ctx, _tx) = ctx();
+    passed_checks(&ctx);
     let st = &ctx.state;
     // Two sessions through fe → b → s1, bytes both ways.
     for _ in 0..2 {
@@ -990,7 +991,20 @@ fn servers_ctx() -> (Ctx, watch::Sender<Phase>) {
     st.balance = Balance::StaticRr;
     st.servers = vec![server("a", 1, 19004, false)];
     c.backends.push(st);
-    make_ctx(c)
+    let (ctx, tx) = make_ctx(c);
+    passed_checks(&ctx);
+    (ctx, tx)
+}
+
+/// Every checked server as after one passed connect check (no check task runs in
+/// these tests), as in the HAProxy transcripts.
+fn passed_checks(ctx: &Ctx) {
+    for s in ctx.state.backends.iter().flat_map(|b| b.servers.iter()) {
+        if s.checked() {
+            s.record_check(crate::checks::Status::L4Ok, None, Duration::ZERO, "");
+            s.set_health(s.rise() + s.fall());
+        }
+    }
 }
 
 /// `show servers state` rows with column 9 (seconds since the last change) blanked.

@@ -46,6 +46,8 @@ const GENERIC_FIELDS: usize = 103;
 const COL_IID: usize = 27;
 const COL_SID: usize = 28;
 const COL_TYPE: usize = 32;
+const COL_CHECK_STATUS: usize = 36;
+const COL_LAST_CHK: usize = 56;
 
 /// Columns 0 to 102 of `show stat`: name, then the typed tags and type of the
 /// field for a frontend, a backend and a server (empty: never typed for that kind).
@@ -182,7 +184,7 @@ pub(crate) fn field(col: usize, k: usize) -> Option<(usize, &'static str, &'stat
 }
 
 /// `show stat ... typed` from the CSV answer of the same query: every non-empty cell
-/// of every row, then the empty line. An answer that is not CSV (an error) is kept.
+/// of every row (and a checked server's `last_chk`), then the empty line. An answer that is not CSV (an error) is kept.
 pub fn stat_typed(csv: &str) -> String {
     let mut lines = csv.lines();
     match lines.next() {
@@ -197,8 +199,11 @@ pub fn stat_typed(csv: &str) -> String {
         };
         let iid = cells.get(COL_IID).copied().unwrap_or("0");
         let sid = cells.get(COL_SID).copied().unwrap_or("0");
+        // A checked server's `last_chk` is a typed field even when empty (HAProxy
+        // sets the string whenever the check is enabled).
+        let checked = k == 2 && cells.get(COL_CHECK_STATUS).is_some_and(|c| !c.is_empty());
         for (col, value) in cells.iter().enumerate() {
-            if value.is_empty() {
+            if value.is_empty() && !(checked && col == COL_LAST_CHK) {
                 continue;
             }
             if let Some((pos, name, tags)) = field(col, k) {

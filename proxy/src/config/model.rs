@@ -175,7 +175,23 @@ pub enum Balance {
     Random,
 }
 
-/// Health-check related server keywords: parsed now, implemented by the checks issue.
+/// `on-error` of `observe layer4`: what a run of `error-limit` consecutive
+/// connection errors on live traffic does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnError {
+    /// Run the checks at `fastinter` (HAProxy's default).
+    #[default]
+    Fastinter,
+    /// Count one failed check.
+    FailCheck,
+    /// Fail the checks down to the last one before DOWN.
+    SuddenDeath,
+    /// Mark the server DOWN at once.
+    MarkDown,
+}
+
+/// Health-check related server keywords (`check`, `inter`, the agent, ...).
+/// `None` fields take HAProxy's defaults (see `crate::checks`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CheckParams {
     pub enabled: bool,
@@ -190,6 +206,82 @@ pub struct CheckParams {
     pub agent_port: Option<u16>,
     pub agent_inter: Option<Duration>,
     pub on_marked_down_shutdown: bool,
+    /// `agent-addr`: where the agent listens (default: the server's address).
+    pub agent_addr: Option<String>,
+    /// `agent-send`: the bytes sent to the agent once connected.
+    pub agent_send: Option<String>,
+    /// `check-send-proxy` (parsed; the checks send no PROXY header yet).
+    pub send_proxy: bool,
+    /// `slowstart` (parsed; not applied: a server comes back at full weight).
+    pub slowstart: Option<Duration>,
+    /// `on-marked-up shutdown-backup-sessions`.
+    pub on_marked_up_shutdown_backup: bool,
+    /// `observe layer4` (parsed; live traffic does not feed the checks yet).
+    pub observe_layer4: bool,
+    /// `error-limit` (HAProxy's default 10).
+    pub error_limit: Option<u32>,
+    pub on_error: Option<OnError>,
+    /// The backend's `option tcp-check` rules (its own, else its defaults'), copied
+    /// to each server when the configuration is built; `None` = a plain connect check.
+    pub tcp_check: Option<Vec<TcpCheckRule>>,
+}
+
+/// How a `tcp-check expect` rule matches what the server sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpectKind {
+    /// The bytes contain the string.
+    String,
+    /// The bytes match the regular expression.
+    Rstring,
+    /// The bytes contain the binary pattern (given in hex).
+    Binary,
+    /// The hex form of the bytes (upper case) matches the regular expression.
+    Rbinary,
+}
+
+impl ExpectKind {
+    pub fn keyword(self) -> &'static str {
+        match self {
+            Self::String => "string",
+            Self::Rstring => "rstring",
+            Self::Binary => "binary",
+            Self::Rbinary => "rbinary",
+        }
+    }
+}
+
+/// One `tcp-check expect` rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpExpect {
+    pub kind: ExpectKind,
+    /// `!`: the rule passes when the pattern is absent.
+    pub negate: bool,
+    /// The pattern as written (a string, hex digits, or a regular expression).
+    pub pattern: String,
+    /// `string`: its bytes; `binary`: the decoded hex; regexes: empty.
+    pub bytes: Vec<u8>,
+    /// `min-recv`: bytes to wait for before matching (`None`: match as data arrives).
+    pub min_recv: Option<usize>,
+}
+
+/// What one `tcp-check` rule does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TcpCheckAction {
+    /// `connect [port N] [addr A]`.
+    Connect {
+        port: Option<u16>,
+        addr: Option<std::net::IpAddr>,
+    },
+    /// `send STR` / `send-binary HEX`.
+    Send(Vec<u8>),
+    Expect(TcpExpect),
+}
+
+/// One `tcp-check` rule with its comment (`comment C`, or a preceding `tcp-check comment`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpCheckRule {
+    pub action: TcpCheckAction,
+    pub comment: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -138,6 +138,15 @@ pub struct ProxyDraft {
     pub binds: Vec<(SocketAddr, Location)>,
     pub servers: Vec<ServerDraft>,
     pub default_server: ServerOpts,
+    /// `option tcp-check`.
+    pub tcp_check: bool,
+    /// `tcp-check` rules, in order.
+    pub tcp_check_rules: Vec<TcpCheckRule>,
+    /// The rules came from a defaults section: the proxy's first own rule replaces
+    /// them (HAProxy does not merge the two lists).
+    pub tcp_check_inherited: bool,
+    /// A `tcp-check comment` waiting for the rule it describes.
+    pub tcp_check_comment: Option<String>,
 }
 
 impl ProxyDraft {
@@ -159,6 +168,10 @@ impl ProxyDraft {
             binds: Vec::new(),
             servers: Vec::new(),
             default_server: ServerOpts::default(),
+            tcp_check: false,
+            tcp_check_rules: Vec::new(),
+            tcp_check_inherited: false,
+            tcp_check_comment: None,
         }
     }
 }
@@ -355,6 +368,7 @@ const PROXY_KEYWORDS: &[(&str, u8)] = &[
     ("option", ALL),
     ("log", ALL),
     ("no", ALL),
+    ("tcp-check", DEF | BE),
 ];
 
 /// HAProxy proxy keywords that only make sense for HTTP.
@@ -380,14 +394,18 @@ const ACL_KEYWORDS: &[&str] = &["acl", "tcp-response", "stick", "stick-table"];
 
 const SERVER_KEYWORDS: &[&str] = &[
     "addr",
+    "agent-addr",
     "agent-check",
     "agent-inter",
     "agent-port",
+    "agent-send",
     "backup",
     "check",
+    "check-send-proxy",
     "disabled",
     "downinter",
     "enabled",
+    "error-limit",
     "fall",
     "fastinter",
     "id",
@@ -397,9 +415,14 @@ const SERVER_KEYWORDS: &[&str] = &[
     "no-agent-check",
     "no-backup",
     "no-check",
+    "no-check-send-proxy",
+    "observe",
+    "on-error",
     "on-marked-down",
+    "on-marked-up",
     "port",
     "rise",
+    "slowstart",
     "weight",
 ];
 
@@ -516,6 +539,68 @@ fn server_keywords(
                 }
                 *slot = Some(n);
             }
+            "slowstart" => {
+                // 0 disables it, as in HAProxy.
+                let t = time_arg(val, kw)?;
+                opts.check.slowstart = (!t.is_zero()).then_some(t);
+            }
+            "agent-addr" => {
+                let v =
+                    val.ok_or_else(|| "'agent-addr' expects an address as argument.".to_string())?;
+                if v.parse::<IpAddr>().is_err() {
+                    return Err(format!(
+                        "'agent-addr' : unexpected address '{v}' (shunt needs an IP address)."
+                    ));
+                }
+                opts.check.agent_addr = Some(v.to_string());
+            }
+            "agent-send" => {
+                let v =
+                    val.ok_or_else(|| "'agent-send' expects a string as argument.".to_string())?;
+                opts.check.agent_send = Some(v.to_string());
+            }
+            "observe" => match val {
+                Some("layer4") => opts.check.observe_layer4 = true,
+                Some("layer7") => {
+                    return Err("'observe layer7' is not supported by shunt (TCP only).".to_string())
+                }
+                other => {
+                    return Err(format!(
+                        "'observe' expects one of 'none', 'layer4', 'layer7' but got '{}'",
+                        other.unwrap_or("")
+                    ))
+                }
+            },
+            "error-limit" => {
+                let n: u32 = int_arg(val, kw)?;
+                if n == 0 {
+                    return Err(format!("'{kw}' has to be > 0."));
+                }
+                opts.check.error_limit = Some(n);
+            }
+            "on-error" => {
+                opts.check.on_error = Some(match val {
+                    Some("fastinter") => OnError::Fastinter,
+                    Some("fail-check") => OnError::FailCheck,
+                    Some("sudden-death") => OnError::SuddenDeath,
+                    Some("mark-down") => OnError::MarkDown,
+                    other => {
+                        return Err(format!(
+                            "'on-error' expects one of 'fastinter', 'fail-check', 'sudden-death' or 'mark-down' but got '{}'",
+                            other.unwrap_or("")
+                        ))
+                    }
+                });
+            }
+            "on-marked-up" => match val {
+                Some("shutdown-backup-sessions") => opts.check.on_marked_up_shutdown_backup = true,
+                other => {
+                    return Err(format!(
+                        "'on-marked-up' expects 'shutdown-backup-sessions' but got '{}'.",
+                        other.unwrap_or("")
+                    ))
+                }
+            },
             "inter" | "fastinter" | "downinter" | "agent-inter" => {
                 let t = time_arg(val, kw)?;
                 if t.is_zero() {
@@ -570,6 +655,8 @@ fn server_keywords(
                     "check" => opts.check.enabled = true,
                     "no-check" => opts.check.enabled = false,
                     "agent-check" => opts.check.agent_check = true,
+                    "check-send-proxy" => opts.check.send_proxy = true,
+                    "no-check-send-proxy" => opts.check.send_proxy = false,
                     "no-agent-check" => opts.check.agent_check = false,
                     unknown => {
                         let msg = format!("unknown keyword '{unknown}'");
@@ -730,6 +817,8 @@ impl<'e> Parser<'e> {
             Some(i) => self.defaults[i].clone(),
             None => ProxyDraft::fresh(Kind::Defaults, name, loc),
         };
+        draft.tcp_check_inherited = true;
+        draft.tcp_check_comment = None;
         draft.name = name.to_string();
         draft.loc = loc.clone();
         self.defaults.push(draft);
@@ -775,6 +864,8 @@ impl<'e> Parser<'e> {
             Some(i) => self.defaults[i].clone(),
             None => ProxyDraft::fresh(kind, &name, loc),
         };
+        draft.tcp_check_inherited = true;
+        draft.tcp_check_comment = None;
         draft.kind = kind;
         draft.name = name;
         draft.loc = loc.clone();
@@ -1132,6 +1223,7 @@ fn proxy_line(
         }
         "timeout" => timeout_line(d, args, loc, warnings),
         "tcp-request" => tcp_request_line(d, args),
+        "tcp-check" => tcp_check_line(d, args),
         "option" => option_line(d, &args[1..], false),
         "no" => match val {
             Some("option") => option_line(d, &args[2..], true),
@@ -1232,6 +1324,10 @@ fn option_line(d: &mut ProxyDraft, words: &[String], negate: bool) -> Result<(),
         "splice-auto" => d.splice.auto = on,
         "splice-request" => d.splice.request = on,
         "splice-response" => d.splice.response = on,
+        "tcp-check" => {
+            check_caps(d, &full, DEF | BE)?;
+            d.tcp_check = on;
+        }
         // Accepted for compatibility; logging is configured elsewhere.
         "tcplog" | "dontlognull" => {}
         n if n.starts_with("http") || n == "forwardfor" || n == "originalto" => {
@@ -1277,4 +1373,211 @@ fn server_line(d: &mut ProxyDraft, args: &[String], loc: &Location) -> Result<()
         loc: loc.clone(),
     });
     Ok(())
+}
+
+/// Largest `min-recv` accepted: what one check buffer holds (see `crate::checks`).
+pub const MAX_MIN_RECV: usize = 16 * 1024;
+
+/// Decodes the hex digits of `send-binary` and `expect binary`.
+pub fn parse_hex(s: &str) -> Option<Vec<u8>> {
+    if s.is_empty() || !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Options of `tcp-check connect` shunt does not implement (HAProxy's list).
+const TCP_CHECK_CONNECT_UNSUPPORTED: &[&str] = &[
+    "send-proxy",
+    "via-socks4",
+    "ssl",
+    "sni",
+    "alpn",
+    "proto",
+    "linger",
+    "default",
+];
+
+/// Options of `tcp-check expect` shunt does not implement.
+const TCP_CHECK_EXPECT_UNSUPPORTED: &[&str] = &[
+    "ok-status",
+    "error-status",
+    "tout-status",
+    "on-success",
+    "on-error",
+    "status-code",
+    "string-lf",
+    "binary-lf",
+    "custom",
+];
+
+/// `tcp-check comment|connect|send|send-binary|expect ...`.
+fn tcp_check_line(d: &mut ProxyDraft, args: &[String]) -> Result<(), String> {
+    let sub = args.get(1).map(String::as_str).unwrap_or("");
+    let rest = args.get(2..).unwrap_or(&[]);
+    let mut comment = None;
+    let action = match sub {
+        "comment" => {
+            let c = rest.first().ok_or_else(|| "'tcp-check comment' expects a string as argument.".to_string())?;
+            no_extra(rest, 1, "tcp-check comment")?;
+            d.tcp_check_comment = Some(c.clone());
+            return Ok(());
+        }
+        "connect" => {
+            let (mut port, mut addr) = (None, None);
+            let mut i = 0;
+            while i < rest.len() {
+                let kw = rest[i].as_str();
+                let val = rest.get(i + 1).map(String::as_str);
+                match kw {
+                    "port" => port = Some(port_arg(val, "tcp-check connect port")?),
+                    "addr" => {
+                        let v = val.ok_or_else(|| "'tcp-check connect' : 'addr' expects an address as argument.".to_string())?;
+                        addr = Some(v.parse::<IpAddr>().map_err(|_| {
+                            format!("'tcp-check connect' : 'addr' : unexpected address '{v}' (shunt needs an IP address).")
+                        })?);
+                    }
+                    "comment" => {
+                        let v = val.ok_or_else(|| "'tcp-check connect' : 'comment' expects a string as argument.".to_string())?;
+                        comment = Some(v.to_string());
+                    }
+                    k if TCP_CHECK_CONNECT_UNSUPPORTED.contains(&k) => {
+                        return Err(format!("'tcp-check connect' : '{k}' is not supported by shunt."))
+                    }
+                    k => {
+                        return Err(format!(
+                            "'tcp-check connect' expects 'comment', 'port', 'addr', 'send-proxy', 'via-socks4', 'ssl', 'sni', 'alpn', 'proto', 'linger' or 'default' but got '{k}' as argument."
+                        ))
+                    }
+                }
+                i += 2;
+            }
+            TcpCheckAction::Connect { port, addr }
+        }
+        "send" | "send-binary" => {
+            let kw = format!("tcp-check {sub}");
+            let data = rest.first().ok_or_else(|| format!("'{kw}' expects a {} as argument.", if sub == "send" { "string" } else { "binary string" }))?;
+            match rest.get(1).map(String::as_str) {
+                None => {}
+                Some("comment") => {
+                    let v = rest.get(2).ok_or_else(|| format!("'{kw}' : 'comment' expects a string as argument."))?;
+                    comment = Some(v.clone());
+                    no_extra(rest, 3, &kw)?;
+                }
+                Some(k) => return Err(format!("'{kw}' expects 'comment' but got '{k}' as argument.")),
+            }
+            let bytes = if sub == "send" {
+                data.as_bytes().to_vec()
+            } else {
+                parse_hex(data).ok_or_else(|| format!("'{kw}' : invalid hexadecimal string '{data}'."))?
+            };
+            TcpCheckAction::Send(bytes)
+        }
+        "expect" => {
+            let (e, c) = tcp_check_expect(rest)?;
+            comment = c;
+            TcpCheckAction::Expect(e)
+        }
+        s @ ("send-lf" | "send-binary-lf" | "set-var" | "unset-var") => {
+            return Err(format!("'tcp-check {s}' is not supported by shunt."))
+        }
+        other => {
+            return Err(format!(
+                "'tcp-check' only supports 'comment', 'connect', 'send', 'send-binary' and 'expect' (got '{other}')."
+            ))
+        }
+    };
+    if d.tcp_check_inherited {
+        // The first own rule replaces the list a defaults section gave.
+        d.tcp_check_rules.clear();
+        d.tcp_check_inherited = false;
+    }
+    let pending = d.tcp_check_comment.take();
+    d.tcp_check_rules.push(TcpCheckRule {
+        action,
+        comment: comment.or(pending),
+    });
+    Ok(())
+}
+
+/// `tcp-check expect [min-recv N] [comment C] [!] string|rstring|binary|rbinary PATTERN`,
+/// options in any order as HAProxy accepts them.
+fn tcp_check_expect(words: &[String]) -> Result<(TcpExpect, Option<String>), String> {
+    const KW: &str = "tcp-check expect";
+    let mut kind = None;
+    let mut pattern = None;
+    let mut negate = false;
+    let mut min_recv = None;
+    let mut comment = None;
+    let mut i = 0;
+    while i < words.len() {
+        let w = words[i].as_str();
+        let val = words.get(i + 1).map(String::as_str);
+        match w {
+            "!" => {
+                negate = true;
+                i += 1;
+                continue;
+            }
+            "min-recv" => {
+                let n: usize = int_arg(val, "tcp-check expect min-recv")?;
+                min_recv = Some(bounded(n, 0, MAX_MIN_RECV, "tcp-check expect min-recv")?);
+            }
+            "comment" => {
+                let v = val.ok_or_else(|| format!("'{KW}' : 'comment' expects a string as argument."))?;
+                comment = Some(v.to_string());
+            }
+            "string" | "rstring" | "binary" | "rbinary" => {
+                if kind.is_some() {
+                    return Err(format!("'{KW}' : only one pattern expected ('{w}' is one too many)."));
+                }
+                let v = val.ok_or_else(|| format!("'{KW}' : '{w}' expects <pattern> as an argument."))?;
+                kind = Some(match w {
+                    "string" => ExpectKind::String,
+                    "rstring" => ExpectKind::Rstring,
+                    "binary" => ExpectKind::Binary,
+                    _ => ExpectKind::Rbinary,
+                });
+                pattern = Some(v.to_string());
+            }
+            k if TCP_CHECK_EXPECT_UNSUPPORTED.contains(&k) => {
+                return Err(format!("'{KW}' : '{k}' is not supported by shunt."))
+            }
+            k => {
+                return Err(format!(
+                    "'{KW}' only supports 'min-recv', 'comment', '!', 'string', 'rstring', 'binary' and 'rbinary' but got '{k}' as argument."
+                ))
+            }
+        }
+        i += 2;
+    }
+    let (Some(kind), Some(pattern)) = (kind, pattern) else {
+        return Err(format!(
+            "'{KW}' : expects a pattern type ('string', 'rstring', 'binary' or 'rbinary')."
+        ));
+    };
+    let bytes = match kind {
+        ExpectKind::String => pattern.as_bytes().to_vec(),
+        ExpectKind::Binary => parse_hex(&pattern)
+            .ok_or_else(|| format!("'{KW}' : invalid hexadecimal string '{pattern}'."))?,
+        ExpectKind::Rstring | ExpectKind::Rbinary => {
+            if let Err(e) = regex_automata::meta::Regex::new(&pattern) {
+                return Err(format!("'{KW}' : regex '{pattern}' : {e}."));
+            }
+            Vec::new()
+        }
+    };
+    Ok((
+        TcpExpect {
+            kind,
+            negate,
+            pattern,
+            bytes,
+            min_recv,
+        },
+        comment,
+    ))
 }

@@ -487,6 +487,7 @@ fn server_keywords_all() {
             agent_port: Some(9999),
             agent_inter: Some(Duration::from_secs(10)),
             on_marked_down_shutdown: true,
+            ..CheckParams::default()
         }
     );
     let s2 = &c.backends[0].servers[1];
@@ -536,7 +537,7 @@ fn default_server_applies_to_following_servers() {
 
 #[test]
 fn server_errors() {
-    let kws = "addr, agent-check, agent-inter, agent-port, backup, check, disabled, downinter, enabled, fall, fastinter, id, inter, maxconn, maxqueue, no-agent-check, no-backup, no-check, on-marked-down, port, rise, weight";
+    let kws = "addr, agent-addr, agent-check, agent-inter, agent-port, agent-send, backup, check, check-send-proxy, disabled, downinter, enabled, error-limit, fall, fastinter, id, inter, maxconn, maxqueue, no-agent-check, no-backup, no-check, no-check-send-proxy, observe, on-error, on-marked-down, on-marked-up, port, rise, slowstart, weight";
     let foo = format!("'server be/s1' : unknown keyword 'foo'. Registered keywords : {kws}.");
     let wieght = format!("'server be/s1' : unknown keyword 'wieght'; did you mean 'weight' maybe ?. Registered keywords : {kws}.");
     let cases: Vec<(&str, String)> = vec![
@@ -1493,5 +1494,153 @@ fn a_map_file_holds_one_kind_of_key() {
     assert_eq!(
         e,
         "parsing [t.cfg:8] : 'use_backend' : converter 'map' : missing map file name."
+    );
+}
+
+// ---------- health checks: new server keywords and tcp-check ----------
+
+#[test]
+fn check_keywords_and_agent_options() {
+    let c = okd("backend be
+  server s1 10.0.0.1:80 check agent-check agent-addr 10.0.0.2 agent-port 9999 agent-send \"hello\\n\" slowstart 30s on-marked-up shutdown-backup-sessions observe layer4 error-limit 5 on-error mark-down check-send-proxy
+");
+    let c0 = &c.backends[0].servers[0].check;
+    assert_eq!(c0.agent_addr.as_deref(), Some("10.0.0.2"));
+    assert_eq!(c0.agent_send.as_deref(), Some("hello\n"));
+    assert_eq!(c0.slowstart, Some(Duration::from_secs(30)));
+    assert!(c0.on_marked_up_shutdown_backup && c0.observe_layer4 && c0.send_proxy);
+    assert_eq!(
+        (c0.error_limit, c0.on_error),
+        (Some(5), Some(OnError::MarkDown))
+    );
+    assert_eq!(
+        c0.tcp_check, None,
+        "no option tcp-check: a plain connect check"
+    );
+    let cases = [
+        ("observe layer9", "'observe' expects one of 'none', 'layer4', 'layer7' but got 'layer9'"),
+        ("on-error boom", "'on-error' expects one of 'fastinter', 'fail-check', 'sudden-death' or 'mark-down' but got 'boom'"),
+        ("on-marked-up x", "'on-marked-up' expects 'shutdown-backup-sessions' but got 'x'."),
+        ("error-limit 0", "'error-limit' has to be > 0."),
+        ("agent-addr", "'agent-addr' expects an address as argument."),
+    ];
+    for (kw, msg) in cases {
+        assert_eq!(
+            err1(&format!(
+                "{DEFAULTS}backend be\n server s1 1.1.1.1:1 {kw}\n"
+            )),
+            format!("parsing [t.cfg:7] : 'server be/s1' : {msg}"),
+            "{kw}"
+        );
+    }
+}
+
+#[test]
+fn tcp_check_rules_parse_and_inherit() {
+    let c = okd("backend be
+  option tcp-check
+  tcp-check comment ping
+  tcp-check send PING\\r\\n
+  tcp-check expect min-recv 5 ! string -ERR comment no-error
+  tcp-check send-binary 0d0a
+  tcp-check connect port 6380 addr 127.0.0.2
+  tcp-check expect rstring ^\\+PONG
+  tcp-check expect binary 2B
+  tcp-check expect rbinary ^2B
+  server s1 10.0.0.1:80 check
+");
+    let rules = c.backends[0].servers[0]
+        .check
+        .tcp_check
+        .clone()
+        .expect("rules");
+    assert_eq!(rules.len(), 7);
+    assert_eq!(rules[0].action, TcpCheckAction::Send(b"PING\r\n".to_vec()));
+    assert_eq!(rules[0].comment.as_deref(), Some("ping"));
+    let TcpCheckAction::Expect(e) = &rules[1].action else {
+        panic!("expect")
+    };
+    assert_eq!(
+        (e.kind, e.negate, e.min_recv, e.pattern.as_str()),
+        (ExpectKind::String, true, Some(5), "-ERR")
+    );
+    assert_eq!(rules[1].comment.as_deref(), Some("no-error"));
+    assert_eq!(rules[2].action, TcpCheckAction::Send(vec![13, 10]));
+    assert_eq!(
+        rules[3].action,
+        TcpCheckAction::Connect {
+            port: Some(6380),
+            addr: Some("127.0.0.2".parse().unwrap())
+        }
+    );
+    let TcpCheckAction::Expect(e) = &rules[5].action else {
+        panic!("expect")
+    };
+    assert_eq!(
+        (e.kind, e.bytes.as_slice()),
+        (ExpectKind::Binary, &[0x2b][..])
+    );
+
+    // Rules in defaults go to backends with none of their own; own rules replace them.
+    let c = ok("defaults
+  mode tcp
+  option tcp-check
+  tcp-check send PING\\r\\n
+  tcp-check expect string +PONG
+backend inherits
+  server s1 10.0.0.1:80 check
+backend own
+  tcp-check expect string hello
+  server s1 10.0.0.1:80 check
+backend off
+  no option tcp-check
+  server s1 10.0.0.1:80 check
+")
+    .config;
+    let n = |b: usize| {
+        c.backends[b].servers[0]
+            .check
+            .tcp_check
+            .as_ref()
+            .map(Vec::len)
+    };
+    assert_eq!((n(0), n(1), n(2)), (Some(2), Some(1), None));
+}
+
+#[test]
+fn tcp_check_errors() {
+    let cases = [
+        ("tcp-check bogus", "'tcp-check' only supports 'comment', 'connect', 'send', 'send-binary' and 'expect' (got 'bogus')."),
+        ("tcp-check expect", "'tcp-check expect' : expects a pattern type ('string', 'rstring', 'binary' or 'rbinary')."),
+        ("tcp-check expect string", "'tcp-check expect' : 'string' expects <pattern> as an argument."),
+        ("tcp-check expect foo bar", "'tcp-check expect' only supports 'min-recv', 'comment', '!', 'string', 'rstring', 'binary' and 'rbinary' but got 'foo' as argument."),
+        ("tcp-check expect binary 0g", "'tcp-check expect' : invalid hexadecimal string '0g'."),
+        ("tcp-check send-binary abc", "'tcp-check send-binary' : invalid hexadecimal string 'abc'."),
+        ("tcp-check connect ssl", "'tcp-check connect' : 'ssl' is not supported by shunt."),
+        ("tcp-check connect port 0", "'tcp-check connect port' expects a valid port number (got '0')."),
+        ("tcp-check expect ok-status L7OK string x", "'tcp-check expect' : 'ok-status' is not supported by shunt."),
+        ("tcp-check send-lf x", "'tcp-check send-lf' is not supported by shunt."),
+    ];
+    for (line, msg) in cases {
+        assert_eq!(
+            err1(&format!("{DEFAULTS}backend be\n {line}\n")),
+            format!("parsing [t.cfg:7] : {msg}"),
+            "{line}"
+        );
+    }
+    let e = err1(&format!(
+        "{DEFAULTS}backend be\n tcp-check expect rstring (\n"
+    ));
+    assert!(
+        e.starts_with("parsing [t.cfg:7] : 'tcp-check expect' : regex '(' : "),
+        "{e}"
+    );
+    assert_eq!(
+        err1(&format!("{DEFAULTS}frontend fe\n bind :1\n tcp-check send x\n")),
+        "parsing [t.cfg:8] : 'tcp-check' not allowed because frontend 'fe' has no backend capability."
+    );
+    assert_eq!(
+        err1(&format!("{DEFAULTS}frontend fe\n bind :1\n option tcp-check\n")),
+        "parsing [t.cfg:8] : 'option tcp-check' not allowed because frontend 'fe' has no backend capability."
     );
 }

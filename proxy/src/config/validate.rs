@@ -218,7 +218,10 @@ fn make_backend(d: &ProxyDraft, id: u32, errors: &mut Vec<ConfigError>) -> Backe
                 maxqueue: s.opts.maxqueue,
                 backup: s.opts.backup,
                 disabled: s.opts.disabled,
-                check: s.opts.check.clone(),
+                check: CheckParams {
+                    tcp_check: d.tcp_check.then(|| d.tcp_check_rules.clone()),
+                    ..s.opts.check.clone()
+                },
                 line: s.loc.clone(),
             }
         })

@@ -13,9 +13,36 @@
 //!   `set maxconn server`): readers take them through [`ServerRt::addr`] and
 //!   [`ServerRt::maxconn`] at each use, so the next connection sees the new value
 //!   and connections already made keep the one they were made with.
+//! - health-check state (the fields after `queue_max`) is written by the server's
+//!   check tasks (`crate::checks`); `health` stays within `0..rise + fall`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::checks::Status;
+
+/// What the last health check found and when the server last changed state, as
+/// the stats page shows them.
+#[derive(Debug, Clone)]
+pub struct CheckReport {
+    /// `None` until the first check completes (HAProxy's `INI`).
+    pub status: Option<Status>,
+    /// A layer-7 code (agent checks); shown only for layer-7 statuses.
+    pub code: Option<u32>,
+    pub duration: Option<Duration>,
+    /// The check's information string (`Connection refused`, `via agent : drain`, ...).
+    pub desc: String,
+    /// When the last check completed.
+    pub last_check: Option<Instant>,
+    /// When the operational state (UP/DOWN) last changed (start-up at first).
+    pub last_change: Instant,
+    /// Since when the server is DOWN, if it is.
+    pub down_since: Option<Instant>,
+    /// Total time spent DOWN in earlier periods.
+    pub downtime: Duration,
+}
 
 use arc_swap::ArcSwap;
 
@@ -47,6 +74,26 @@ pub struct ServerRt {
     selected: AtomicU64,
     queue_cur: AtomicUsize,
     queue_max: AtomicUsize,
+    // ---- health and agent checks (crate::checks) ----
+    /// `check` is configured.
+    checked: bool,
+    /// `agent-check` is configured.
+    agent: bool,
+    rise: u32,
+    fall: u32,
+    /// HAProxy's check health: UP at `rise` and above, `rise + fall - 1` when fully up.
+    health: AtomicU32,
+    /// The agent answered `drain`: no new traffic, the user weight is kept.
+    agent_drain: AtomicBool,
+    /// The agent answered `down`, `stopped` or `fail`.
+    agent_down: AtomicBool,
+    /// Failed checks (`chkfail`) and UP→DOWN transitions (`chkdown`).
+    chkfail: AtomicU64,
+    chkdown: AtomicU64,
+    /// The agent's `maxconn:N` (0 = none received). Recorded; `has_room` does not
+    /// read it yet (`maxconn` becomes runtime-settable in another change).
+    agent_maxconn: AtomicUsize,
+    report: Mutex<CheckReport>,
 }
 
 impl ServerRt {
@@ -70,6 +117,27 @@ impl ServerRt {
             selected: AtomicU64::new(0),
             queue_cur: AtomicUsize::new(0),
             queue_max: AtomicUsize::new(0),
+            checked: cfg.check.enabled,
+            agent: cfg.check.agent_check,
+            rise: cfg.check.rise.unwrap_or(crate::checks::DEFAULT_RISE),
+            fall: cfg.check.fall.unwrap_or(crate::checks::DEFAULT_FALL),
+            // Up, but down at the first failure (HAProxy's start-up health).
+            health: AtomicU32::new(cfg.check.rise.unwrap_or(crate::checks::DEFAULT_RISE)),
+            agent_drain: AtomicBool::new(false),
+            agent_down: AtomicBool::new(false),
+            chkfail: AtomicU64::new(0),
+            chkdown: AtomicU64::new(0),
+            agent_maxconn: AtomicUsize::new(0),
+            report: Mutex::new(CheckReport {
+                status: None,
+                code: None,
+                duration: None,
+                desc: String::new(),
+                last_check: None,
+                last_change: Instant::now(),
+                down_since: None,
+                downtime: Duration::ZERO,
+            }),
         }
     }
 
@@ -155,7 +223,7 @@ impl ServerRt {
 
     /// May take new traffic: healthy, not in maintenance, weight above 0.
     pub fn usable(&self) -> bool {
-        self.is_up() && !self.is_maint() && self.weight() > 0
+        self.is_up() && !self.is_maint() && self.weight() > 0 && !self.is_agent_drain()
     }
 
     /// Below its maxconn (always true when maxconn is 0).
@@ -207,5 +275,127 @@ impl ServerRt {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
                 Some(c.saturating_sub(1))
             });
+    }
+
+    // ---- health and agent checks ----
+
+    /// `check` is configured on this server.
+    pub fn checked(&self) -> bool {
+        self.checked
+    }
+
+    /// `agent-check` is configured on this server.
+    pub fn agent_enabled(&self) -> bool {
+        self.agent
+    }
+
+    pub fn rise(&self) -> u32 {
+        self.rise
+    }
+
+    pub fn fall(&self) -> u32 {
+        self.fall
+    }
+
+    /// HAProxy's check health (`check_health`).
+    pub fn health(&self) -> u32 {
+        self.health.load(Ordering::Relaxed)
+    }
+
+    /// Set the health, clamped to `0..rise + fall`.
+    pub fn set_health(&self, h: u32) {
+        let max = (self.rise + self.fall).saturating_sub(1);
+        self.health.store(h.min(max), Ordering::Relaxed);
+    }
+
+    /// The agent asked for drain.
+    pub fn is_agent_drain(&self) -> bool {
+        self.agent_drain.load(Ordering::Relaxed)
+    }
+
+    pub fn set_agent_drain(&self, on: bool) {
+        self.agent_drain.store(on, Ordering::Relaxed);
+    }
+
+    /// The agent reported the server down.
+    pub fn is_agent_down(&self) -> bool {
+        self.agent_down.load(Ordering::Relaxed)
+    }
+
+    pub fn set_agent_down(&self, on: bool) {
+        self.agent_down.store(on, Ordering::Relaxed);
+    }
+
+    /// The last `maxconn:N` the agent sent (0 = none).
+    pub fn agent_maxconn(&self) -> usize {
+        self.agent_maxconn.load(Ordering::Relaxed)
+    }
+
+    pub fn set_agent_maxconn(&self, n: usize) {
+        self.agent_maxconn.store(n, Ordering::Relaxed);
+    }
+
+    /// Failed checks since start (`chkfail`).
+    pub fn chkfail(&self) -> u64 {
+        self.chkfail.load(Ordering::Relaxed)
+    }
+
+    pub fn count_chkfail(&self) {
+        self.chkfail.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// UP→DOWN transitions since start (`chkdown`).
+    pub fn chkdown(&self) -> u64 {
+        self.chkdown.load(Ordering::Relaxed)
+    }
+
+    /// A copy of the last check's report.
+    pub fn check_report(&self) -> CheckReport {
+        self.report
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Record a completed check.
+    pub fn record_check(&self, status: Status, code: Option<u32>, duration: Duration, desc: &str) {
+        let mut r = self.report.lock().unwrap_or_else(PoisonError::into_inner);
+        r.status = Some(status);
+        r.code = code;
+        r.duration = Some(duration);
+        r.desc.clear();
+        r.desc.push_str(desc);
+        r.last_check = Some(Instant::now());
+    }
+
+    /// Change the operational state (UP/DOWN) as a check decided: sets the health
+    /// flag, the last-change time, the downtime and `chkdown`. Returns false when the
+    /// server already was in that state.
+    pub fn transition(&self, up: bool) -> bool {
+        let mut r = self.report.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.is_up() == up {
+            return false;
+        }
+        let now = Instant::now();
+        r.last_change = now;
+        if up {
+            if let Some(since) = r.down_since.take() {
+                r.downtime += now.saturating_duration_since(since);
+            }
+        } else {
+            r.down_since = Some(now);
+            self.chkdown.fetch_add(1, Ordering::Relaxed);
+        }
+        self.set_up(up);
+        true
+    }
+
+    /// Total time DOWN, the current period included (`downtime`).
+    pub fn downtime(&self) -> Duration {
+        let r = self.report.lock().unwrap_or_else(PoisonError::into_inner);
+        r.downtime
+            + r.down_since.map_or(Duration::ZERO, |s| {
+                Instant::now().saturating_duration_since(s)
+            })
     }
 }

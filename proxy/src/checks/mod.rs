@@ -1,0 +1,321 @@
+//! Health checks and agent checks (HAProxy's `check`, `option tcp-check`, `agent-check`).
+//!
+//! Owns: one scheduler task per checked server (and one per agent), spread over
+//! the workers (server `k` of the process runs on worker `k % nbthread`); the check
+//! statuses ([`Status`]) with HAProxy's names and descriptions; the rise/fall state
+//! machine ([`health`]); the probes ([`probe`]: plain connect, tcp-check rules, the
+//! agent's line) and the agent's reply words ([`agent`]).
+//!
+//! A check only ever changes a server through [`crate::lb::ServerRt`] (health,
+//! up/down, agent drain, weight, maintenance) and then calls the backend's
+//! `rebalance`, so queued requests see the change at once. Transitions are logged
+//! with HAProxy's wording (`Server be/s1 is DOWN, reason: ...`).
+//!
+//! Must not: block a worker (every probe is async and bounded by the check
+//! timeouts); hold a lock across an await.
+//!
+//! Not applied yet (parsed by the config): `slowstart` (a server comes back at full
+//! weight), `observe layer4` / `error-limit` / `on-error` (live traffic does not feed
+//! the checks) and `check-send-proxy`.
+
+pub mod agent;
+pub mod health;
+pub mod probe;
+
+#[cfg(test)]
+mod tests;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{Config, TcpCheckRule};
+use crate::daemon::State;
+use crate::lb::{BackendRt, ServerRt};
+use crate::scheduler::{self, Class, TaskHandle};
+
+/// HAProxy's default `inter`.
+pub const DEFAULT_INTER: Duration = Duration::from_secs(2);
+/// HAProxy's default `rise`.
+pub const DEFAULT_RISE: u32 = 2;
+/// HAProxy's default `fall`.
+pub const DEFAULT_FALL: u32 = 3;
+/// Bytes a check reads at most (HAProxy's check buffer is one `tune.bufsize`).
+pub const CHECK_BUF: usize = 16 * 1024;
+
+/// A check status, HAProxy's `HCHK_STATUS_*` that TCP checks can report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// The agent answered without a health word (no status change).
+    Checked,
+    Sockerr,
+    L4Ok,
+    L4Tout,
+    L4Con,
+    L7Tout,
+    L7Rsp,
+    L7Ok,
+    L7Sts,
+}
+
+impl Status {
+    /// HAProxy's numeric code (`show servers state` srv_check_status).
+    pub fn code(self) -> u32 {
+        match self {
+            Status::Checked => 3,
+            Status::Sockerr => 5,
+            Status::L4Ok => 6,
+            Status::L4Tout => 7,
+            Status::L4Con => 8,
+            Status::L7Tout => 12,
+            Status::L7Rsp => 13,
+            Status::L7Ok => 15,
+            Status::L7Sts => 17,
+        }
+    }
+
+    /// The short name (`check_status` column).
+    pub fn info(self) -> &'static str {
+        match self {
+            Status::Checked => "CHECKED",
+            Status::Sockerr => "SOCKERR",
+            Status::L4Ok => "L4OK",
+            Status::L4Tout => "L4TOUT",
+            Status::L4Con => "L4CON",
+            Status::L7Tout => "L7TOUT",
+            Status::L7Rsp => "L7RSP",
+            Status::L7Ok => "L7OK",
+            Status::L7Sts => "L7STS",
+        }
+    }
+
+    /// The description (`check_desc` column, `reason:` of the logs).
+    pub fn desc(self) -> &'static str {
+        match self {
+            Status::Checked => "No status change",
+            Status::Sockerr => "Socket error",
+            Status::L4Ok => "Layer4 check passed",
+            Status::L4Tout => "Layer4 timeout",
+            Status::L4Con => "Layer4 connection problem",
+            Status::L7Tout => "Layer7 timeout",
+            Status::L7Rsp => "Layer7 invalid response",
+            Status::L7Ok => "Layer7 check passed",
+            Status::L7Sts => "Layer7 wrong status",
+        }
+    }
+
+    /// Passed, failed, or neutral (`None`: no status change).
+    pub fn passed(self) -> Option<bool> {
+        match self {
+            Status::Checked => None,
+            Status::L4Ok | Status::L7Ok => Some(true),
+            _ => Some(false),
+        }
+    }
+
+    /// Layer 5-7 data available: the check code is meaningful (HAProxy prints it).
+    pub fn has_code(self) -> bool {
+        matches!(self, Status::L7Ok | Status::L7Sts)
+    }
+}
+
+/// The result of one probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub status: Status,
+    pub code: Option<u32>,
+    /// The information string (`Connection refused`, `(tcp-check)`, ...).
+    pub desc: String,
+}
+
+impl Outcome {
+    pub fn new(status: Status, desc: impl Into<String>) -> Self {
+        Self {
+            status,
+            code: None,
+            desc: desc.into(),
+        }
+    }
+}
+
+/// Where and how one server is checked, resolved from the configuration.
+pub struct Target {
+    pub state: Arc<State>,
+    pub bi: usize,
+    pub si: usize,
+    pub backend: Arc<BackendRt>,
+    pub server: Arc<ServerRt>,
+    /// `backend`, or `proxy` for a `listen` section (HAProxy's proxy type word).
+    pub px_type: &'static str,
+    pub inter: Duration,
+    pub fastinter: Duration,
+    pub downinter: Duration,
+    pub timeouts: probe::Timeouts,
+    /// `addr` / `port` of the server line: where checks connect instead of the server.
+    pub addr: Option<IpAddr>,
+    pub port: Option<u16>,
+    /// `option tcp-check` rules (compiled), or `None` for a plain connect check.
+    pub rules: Option<Arc<[probe::Rule]>>,
+    pub agent: Option<AgentTarget>,
+    pub on_marked_down_shutdown: bool,
+    pub on_marked_up_shutdown_backup: bool,
+}
+
+/// The agent of one server.
+#[derive(Debug, Clone)]
+pub struct AgentTarget {
+    pub addr: Option<IpAddr>,
+    pub port: Option<u16>,
+    pub inter: Duration,
+    pub send: Vec<u8>,
+}
+
+impl Target {
+    fn new(state: &Arc<State>, bi: usize, si: usize) -> Self {
+        let cfg: &Config = &state.config;
+        let be = &cfg.backends[bi];
+        let srv = &be.servers[si];
+        let c = &srv.check;
+        let inter = c.inter.unwrap_or(DEFAULT_INTER);
+        let rules = c
+            .tcp_check
+            .as_ref()
+            .map(|r: &Vec<TcpCheckRule>| probe::compile(r).into());
+        let is_listen = cfg
+            .frontends
+            .iter()
+            .any(|f| f.name == be.name && f.id == be.id);
+        Self {
+            state: Arc::clone(state),
+            bi,
+            si,
+            backend: Arc::clone(&state.backends[bi]),
+            server: Arc::clone(&state.backends[bi].servers[si]),
+            px_type: if is_listen { "proxy" } else { "backend" },
+            inter,
+            fastinter: c.fastinter.unwrap_or(inter),
+            downinter: c.downinter.unwrap_or(inter),
+            timeouts: probe::Timeouts::new(inter, be.timeouts.connect, be.timeouts.check),
+            addr: c.addr.as_deref().and_then(|a| a.parse().ok()),
+            port: c.port,
+            rules,
+            agent: c.agent_check.then(|| AgentTarget {
+                addr: c.agent_addr.as_deref().and_then(|a| a.parse().ok()),
+                port: c.agent_port,
+                inter: c.agent_inter.unwrap_or(DEFAULT_INTER),
+                send: c.agent_send.clone().unwrap_or_default().into_bytes(),
+            }),
+            on_marked_down_shutdown: c.on_marked_down_shutdown,
+            on_marked_up_shutdown_backup: c.on_marked_up_shutdown_backup,
+        }
+    }
+
+    /// The interval before the next health check (HAProxy's `srv_getinter`): `inter`
+    /// when fully up, `downinter` when down, `fastinter` while changing.
+    pub fn next_inter(&self) -> Duration {
+        let s = &self.server;
+        let max = s.rise() + s.fall() - 1;
+        let h = s.health();
+        if h >= max {
+            self.inter
+        } else if h == 0 && !s.is_up() {
+            self.downinter
+        } else {
+            self.fastinter
+        }
+    }
+}
+
+/// Spawn, on the calling worker, the check tasks of the servers this worker owns
+/// (the `k`-th checked server of the process goes to worker `k % nbthread`). The
+/// first checks are spread over one interval, as HAProxy spreads them.
+pub fn spawn_for_worker(state: &Arc<State>, thread_id: usize, nbthread: usize) -> Vec<TaskHandle> {
+    let nbthread = nbthread.max(1);
+    let mut all = Vec::new();
+    for (bi, be) in state.config.backends.iter().enumerate() {
+        for (si, s) in be.servers.iter().enumerate() {
+            if s.check.enabled || s.check.agent_check {
+                all.push((bi, si));
+            }
+        }
+    }
+    let total = all.len().max(1) as u32;
+    let mut tasks = Vec::new();
+    for (k, &(bi, si)) in all.iter().enumerate() {
+        if k % nbthread != thread_id {
+            continue;
+        }
+        let t = Arc::new(Target::new(state, bi, si));
+        let nth = u32::try_from(k).unwrap_or(u32::MAX);
+        if state.config.backends[bi].servers[si].check.enabled {
+            let first = t.inter * nth / total;
+            tasks.push(scheduler::spawn(
+                Class::Normal,
+                "check",
+                health::run(Arc::clone(&t), first),
+            ));
+        }
+        if let Some(a) = &t.agent {
+            let first = a.inter * nth / total;
+            tasks.push(scheduler::spawn(
+                Class::Normal,
+                "agent-check",
+                agent::run(Arc::clone(&t), first),
+            ));
+        }
+    }
+    if !tasks.is_empty() {
+        tracing::debug!(thread_id, checks = tasks.len(), "health checks started");
+    }
+    tasks
+}
+
+/// HAProxy's `show stat` status word of a server (`UP`, `DOWN 1/2`, `no check`, ...).
+/// `cli_drain`: the CLI put the server in drain.
+pub fn status_word(s: &ServerRt, cli_drain: bool) -> String {
+    if s.is_maint() {
+        return "MAINT".to_string();
+    }
+    let (rise, fall, h) = (s.rise(), s.fall(), s.health());
+    let max = rise + fall - 1;
+    if s.is_up() {
+        // Below `rise` while up only when forced up (the CLI): not "going down".
+        let going_down = s.checked() && h < max && h >= rise;
+        let n = (h + 1).saturating_sub(rise);
+        if cli_drain || s.is_agent_drain() {
+            return if s.agent_enabled() {
+                "DRAIN (agent)".to_string()
+            } else if going_down {
+                format!("DRAIN {n}/{fall}")
+            } else {
+                "DRAIN".to_string()
+            };
+        }
+        if going_down {
+            format!("UP {n}/{fall}")
+        } else if s.checked() {
+            "UP".to_string()
+        } else {
+            "no check".to_string()
+        }
+    } else if s.agent_enabled() && s.is_agent_down() {
+        "DOWN (agent)".to_string()
+    } else if s.checked() && (h == 0 || h >= rise) {
+        // At or above `rise` while down only when forced down (the CLI).
+        "DOWN".to_string()
+    } else if s.checked() || s.agent_enabled() {
+        format!("DOWN {h}/{rise}")
+    } else {
+        "DOWN".to_string()
+    }
+}
+
+/// The OS reason of an I/O error without Rust's ` (os error N)` suffix, as HAProxy
+/// prints `strerror`.
+pub fn os_reason(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
