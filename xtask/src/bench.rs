@@ -489,7 +489,7 @@ fn used_mode(deltas: &[(&'static str, &str, u64)], want: &str) -> Result<&'stati
 }
 
 /// Busy time of all CPUs (everything but idle and iowait) from /proc/stat, in seconds.
-fn host_busy_seconds() -> Result<f64> {
+pub fn host_busy_seconds() -> Result<f64> {
     let text = std::fs::read_to_string("/proc/stat").context("cannot read /proc/stat")?;
     let ticks = parse_host_busy(&text).context("unexpected /proc/stat")?;
     // /proc/stat counts in USER_HZ, the same unit as /proc/PID/stat.

@@ -3,8 +3,9 @@
 //! Owns the command line of the tool and the order of the steps of each command:
 //! `setup` (toolchain and Debian packages), `build` (release binary with the eBPF
 //! object), `test` (fmt, clippy, debug build, workspace tests), `demo` (shunt in front
-//! of in-process echo/sink backends) and `bench` (one-flow throughput and proxy CPU per
-//! forwarding mode). The steps themselves live in one module each.
+//! of in-process echo/sink backends) and `bench` (shunt in every forwarding mode side by
+//! side with a direct connection, HAProxy and nginx; `--one-flow`: one-flow throughput
+//! and proxy CPU per forwarding mode). The steps themselves live in one module each.
 //!
 //! Invariants: every command is runnable on a fresh Debian machine as root (it installs
 //! what it needs first); every command exits non-zero when any step failed; every child
@@ -13,9 +14,13 @@
 mod bench;
 mod demo;
 mod ebpf;
+mod load;
+mod peers;
 mod proc;
+mod report;
 mod servers;
 mod setup;
+mod suite;
 mod test;
 
 use std::path::PathBuf;
@@ -60,18 +65,46 @@ enum Cmd {
         #[arg(long)]
         shunt: Option<PathBuf>,
     },
-    /// Push SIZE bytes through one flow per forwarding mode; print Gbit/s and proxy CPU.
+    /// shunt (sockmap, splice, copy) side by side with a direct connection, HAProxy
+    /// (plain and splice-auto) and nginx stream: bulk, request/response, connect, 64 KiB,
+    /// idle-flow memory, splice cork probe, CLI add-map stream. Writes BENCHMARKS.md,
+    /// docs/bench/results.json and docs/bench/*.png (`--quick`: under
+    /// target/xtask/bench/quick unless --out is given).
     Bench {
-        /// Bytes per run; suffixes K, M, G (binary: 1G = 1 GiB).
+        /// A reduced set (under 3 minutes).
+        #[arg(long)]
+        quick: bool,
+        /// Rounds per scenario (default 3).
+        #[arg(long)]
+        rounds: Option<usize>,
+        /// Peers to compare (default: all): direct, shunt-sockmap, shunt-splice,
+        /// shunt-copy, haproxy, haproxy-splice, nginx.
+        #[arg(long, value_delimiter = ',')]
+        peers: Option<Vec<String>>,
+        /// Scenarios to run (default: all): bulk-1, bulk-4, rr-1, rr-50, connect,
+        /// rr-64k, idle, cork, cli.
+        #[arg(long, value_delimiter = ',')]
+        scenarios: Option<Vec<String>>,
+        /// Directory that receives BENCHMARKS.md and docs/bench/.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// File listing the pid of every process the bench starts (default:
+        /// target/xtask/bench/pids.txt).
+        #[arg(long)]
+        pid_file: Option<PathBuf>,
+        /// The former bench: SIZE bytes through one flow per forwarding mode.
+        #[arg(long)]
+        one_flow: bool,
+        /// --one-flow: bytes per run; suffixes K, M, G (binary: 1G = 1 GiB).
         #[arg(long, default_value = "1G")]
         size: String,
-        /// Forwarding modes to measure, in order; the first is the ratio baseline.
+        /// --one-flow: forwarding modes to measure, in order; the first is the baseline.
         #[arg(long, value_delimiter = ',', default_value = "copy,splice,sockmap")]
         modes: Vec<String>,
-        /// Also measure Debian's haproxy (plain, then with `option splice-auto`).
+        /// --one-flow: also measure Debian's haproxy (plain, then `option splice-auto`).
         #[arg(long)]
         haproxy: bool,
-        /// Give up on one run after this many seconds.
+        /// --one-flow: give up on one run after this many seconds.
         #[arg(long, default_value_t = bench::DEFAULT_RUN_TIMEOUT_SECS)]
         timeout: u64,
         /// Use this proxy binary instead of building target/release/shunt.
@@ -98,18 +131,39 @@ fn main() -> ExitCode {
             shunt,
         } => demo::run(&config, duration, shunt),
         Cmd::Bench {
+            quick,
+            rounds,
+            peers,
+            scenarios,
+            out,
+            pid_file,
+            one_flow,
             size,
             modes,
             haproxy,
             timeout,
             shunt,
-        } => bench::run(&bench::Options {
-            size,
-            modes,
-            haproxy,
-            timeout_secs: timeout,
-            shunt,
-        }),
+        } => {
+            if one_flow {
+                bench::run(&bench::Options {
+                    size,
+                    modes,
+                    haproxy,
+                    timeout_secs: timeout,
+                    shunt,
+                })
+            } else {
+                suite::run(&suite::Options {
+                    quick,
+                    rounds,
+                    peers,
+                    scenarios,
+                    shunt,
+                    out,
+                    pid_file,
+                })
+            }
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,7 +3,9 @@
 //! Owns: running a command with its line echoed, the `ChildGuard` that stops a daemon
 //! (SIGTERM, then SIGKILL after `STOP_GRACE`) whatever path leaves the scope, the
 //! SIGINT/SIGTERM flag that interactive commands poll, waiting for a port to accept, and
-//! a process's CPU time from /proc/PID/stat.
+//! a process's CPU time from /proc/PID/stat, bounded runs of load tools
+//! (`run_bounded`), the pid file that lists every process started (`set_pid_file`) and
+//! raising `RLIMIT_NOFILE`.
 //!
 //! Invariant: a daemon started through `ChildGuard::spawn` never outlives xtask's
 //! normal return or error return; its stderr goes to a log file whose tail is quoted
@@ -16,6 +18,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -24,8 +27,144 @@ use anyhow::{bail, Context, Result};
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// How often loops waiting on a child or a port look again.
 const POLL: Duration = Duration::from_millis(50);
+/// How often `run_bounded` looks at its tool.
+const TOOL_POLL: Duration = Duration::from_millis(20);
 /// How much of a dead daemon's log is quoted in the error.
 const LOG_TAIL_BYTES: usize = 4096;
+
+/// Where every started process's pid is appended (`PID name` lines), when set.
+static PID_FILE: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// From now on, append the pid and name of every process started through this module
+/// to `path` (truncated first), so a watcher can check they are all gone at the end.
+pub fn set_pid_file(path: &Path) -> Result<()> {
+    std::fs::write(path, "").with_context(|| format!("cannot write {}", path.display()))?;
+    if let Ok(mut slot) = PID_FILE.lock() {
+        *slot = Some(path.to_path_buf());
+    }
+    Ok(())
+}
+
+fn note_pid(name: &str, pid: u32) {
+    let Ok(slot) = PID_FILE.lock() else { return };
+    if let Some(path) = slot.as_ref() {
+        if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(path) {
+            use std::io::Write;
+            let _ = writeln!(f, "{pid} {name}");
+        }
+    }
+}
+
+/// Runs a load tool (`program args…`) in its own process group with stdout captured,
+/// bounded by `limit`; a stop request or the limit kills it (by its pid) and is an
+/// error. Returns stdout; a non-zero exit is an error quoting stderr's tail.
+pub fn run_bounded(program: &str, args: &[&str], limit: Duration) -> Result<String> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("cannot run {program}"))?;
+    note_pid(program, child.id());
+    let mut out = child.stdout.take().context("no stdout pipe")?;
+    let mut err = child.stderr.take().context("no stderr pipe")?;
+    let out_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let end = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if stop_requested() || Instant::now() >= end {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(TOOL_POLL);
+    };
+    let out = out_reader.join().unwrap_or_default();
+    let err = err_reader.join().unwrap_or_default();
+    let line = format!("{program} {}", args.join(" "));
+    let Some(status) = status else {
+        if stop_requested() {
+            bail!("interrupted during `{line}`");
+        }
+        bail!("`{line}` did not finish within {limit:?}");
+    };
+    let out = String::from_utf8_lossy(&out).into_owned();
+    if !status.success() {
+        let err = String::from_utf8_lossy(&err);
+        let tail: String = err.chars().rev().take(LOG_TAIL_BYTES).collect();
+        let tail: String = tail.chars().rev().collect();
+        let out_tail: String = out.chars().take(LOG_TAIL_BYTES).collect();
+        bail!(
+            "`{line}` failed ({status}): {}{}",
+            tail.trim(),
+            out_tail.trim()
+        );
+    }
+    Ok(out)
+}
+
+/// Raises this process's `RLIMIT_NOFILE` (soft, and hard when needed: root can) to at
+/// least `want`; children started afterwards inherit it. Returns the soft limit now in
+/// force, which may be lower than `want` when the hard limit cannot be raised.
+pub fn raise_nofile(want: u64) -> u64 {
+    let mut cur = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the valid struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut cur) } != 0 {
+        return 0;
+    }
+    if cur.rlim_cur >= want {
+        return cur.rlim_cur;
+    }
+    let both = libc::rlimit {
+        rlim_cur: want,
+        rlim_max: cur.rlim_max.max(want),
+    };
+    // SAFETY: setrlimit reads the valid, initialised struct we own.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &both) } == 0 {
+        return want;
+    }
+    // Not allowed past the hard limit: take what the hard limit gives.
+    let soft = libc::rlimit {
+        rlim_cur: cur.rlim_max,
+        rlim_max: cur.rlim_max,
+    };
+    // SAFETY: as above.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &soft) } == 0 {
+        cur.rlim_max
+    } else {
+        cur.rlim_cur
+    }
+}
+
+/// VmRSS of a process, from /proc/PID/status, in bytes.
+pub fn rss_bytes(pid: u32) -> Result<u64> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+    parse_vm_rss(&text).with_context(|| format!("no VmRSS in {path}"))
+}
+
+/// The `VmRSS:   1234 kB` line of /proc/PID/status, in bytes.
+pub fn parse_vm_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
 
 /// Runs `program args…` with inherited stdio, echoing the command line first.
 pub fn run(program: &str, args: &[&str]) -> Result<()> {
@@ -154,6 +293,8 @@ impl ChildGuard {
         let child = cmd
             .spawn()
             .with_context(|| format!("cannot start {}", program.display()))?;
+        println!("xtask: started {name} (pid {})", child.id());
+        note_pid(name, child.id());
         Ok(Self {
             name: name.to_string(),
             child: Some(child),
@@ -295,6 +436,31 @@ mod tests {
         let line = "1234 (my (odd) prog) S 1 2 3 4 5 6 7 8 9 10 250 17 0 0 20 0 1 0";
         assert_eq!(parse_stat_cpu_ticks(line), Some(267));
         assert_eq!(parse_stat_cpu_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn vm_rss_is_parsed_in_bytes() {
+        let status = "Name:\tx\nVmPeak:\t  9 kB\nVmRSS:\t    1234 kB\nThreads: 1\n";
+        assert_eq!(parse_vm_rss(status), Some(1234 * 1024));
+        assert_eq!(parse_vm_rss("Name: x\n"), None);
+        assert!(rss_bytes(std::process::id()).expect("own rss") > 0);
+    }
+
+    #[test]
+    fn bounded_tool_output_failure_and_timeout() {
+        let out = run_bounded("/bin/sh", &["-c", "echo hi"], Duration::from_secs(10)).expect("ok");
+        assert_eq!(out, "hi\n");
+        let e = run_bounded(
+            "/bin/sh",
+            &["-c", "echo bad >&2; exit 2"],
+            Duration::from_secs(10),
+        )
+        .expect_err("exit 2");
+        assert!(format!("{e}").contains("bad"), "{e}");
+        let t0 = Instant::now();
+        let e = run_bounded("/bin/sleep", &["30"], Duration::from_millis(300)).expect_err("slow");
+        assert!(format!("{e}").contains("did not finish"), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(10));
     }
 
     #[test]

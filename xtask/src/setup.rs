@@ -18,7 +18,10 @@ use crate::proc;
 /// loaded programs and maps), iproute2 (`ss`, `ip netns`), procps (`ps`, `pgrep`),
 /// util-linux (`setpriv` for the unprivileged test, `script` for hatop's terminal),
 /// hatop, prometheus-haproxy-exporter and python3-pip (the real stats-socket clients of
-/// the `cli_clients` test; pip installs haproxyadmin), strace (the CLI write-count test).
+/// the `cli_clients` test; pip installs haproxyadmin), strace (the CLI write-count test);
+/// for `cargo xtask bench`: nginx and libnginx-mod-stream (the nginx stream peer),
+/// redis-tools (redis-benchmark), sysstat (mpstat/pidstat to watch a run by hand) and
+/// fonts-dejavu-core (the font of the PNG charts).
 pub const DEBIAN_PACKAGES: &[&str] = &[
     "haproxy",
     "hatop",
@@ -32,6 +35,11 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "procps",
     "util-linux",
     "strace",
+    "nginx",
+    "libnginx-mod-stream",
+    "redis-tools",
+    "sysstat",
+    "fonts-dejavu-core",
 ];
 
 /// The nightly toolchain builds the eBPF object (bpfel-unknown-none needs core from source).
