@@ -42,13 +42,10 @@ pub fn run(test_threads: usize) -> Result<()> {
     let mut results: Vec<(&str, Outcome, f64)> = Vec::new();
     let mut step = |name: &'static str, args: &[&str]| -> bool {
         let started = Instant::now();
-        let run = if name == "demo" {
-            std::env::current_exe()
-                .map_err(anyhow::Error::from)
-                .and_then(|exe| proc::run(&exe.to_string_lossy(), args))
-        } else {
-            proc::cargo(args)
-        };
+        // Every step goes through cargo. The demo is this very tool, run again by
+        // cargo: `cargo test` may relink target/debug/xtask (the bench interrupt test
+        // builds it as a dependency), so the running executable's path can be gone.
+        let run = proc::cargo(args);
         let outcome = match run {
             Ok(()) => Outcome::Ok,
             Err(e) => Outcome::Failed(format!("{e:#}")),
@@ -84,7 +81,21 @@ pub fn run(test_threads: usize) -> Result<()> {
             ],
         );
         let bin = bin.to_string_lossy().into_owned();
-        step("demo", &["demo", "--duration", DEMO_SECS, "--shunt", &bin]);
+        step(
+            "demo",
+            &[
+                "run",
+                "-q",
+                "-p",
+                "xtask",
+                "--",
+                "demo",
+                "--duration",
+                DEMO_SECS,
+                "--shunt",
+                &bin,
+            ],
+        );
     } else {
         for name in ["test", "demo"] {
             results.push((name, Outcome::Skipped("shunt did not build"), 0.0));
