@@ -7,6 +7,16 @@
 //! exit; `SIGTERM`/`SIGINT` → `HardStop`: listeners close and every flow is
 //! closed at once. All listening sockets are bound before any thread starts,
 //! so a bind error is a start-up error and nothing half-runs.
+//!
+//! Reload (HAProxy's `-x PATH -sf PID...`): a successor first takes the
+//! listening sockets of the running process over its stats socket
+//! ([`crate::reload`]), adopts those whose address its configuration binds (one
+//! per thread, extra ones spread over the threads so no accept queue is left
+//! unserved), binds the rest, starts its workers, and only then sends the old
+//! processes SIGUSR1 (`-sf`, soft stop) or SIGTERM (`-st`). Both hold the same
+//! sockets in between, so a client is never refused. Under systemd the successor
+//! says `RELOADING=1` when it starts and `READY=1` with its `MAINPID=` once it
+//! serves; a process whose sockets were taken never says `STOPPING=1`.
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::PathBuf;
@@ -53,6 +63,8 @@ pub enum DaemonError {
     Privileges(String),
     #[error(transparent)]
     Cli(#[from] crate::cli::CliError),
+    #[error(transparent)]
+    Reload(#[from] crate::reload::ReloadError),
 }
 
 /// Process phase, broadcast to every worker.
@@ -152,6 +164,19 @@ impl Limits {
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     pub forward_mode: Option<ForwardMode>,
+    /// `-x PATH`: take the listening sockets from the process serving this stats socket.
+    pub xfer_socket: Option<PathBuf>,
+    /// `-sf PID...` / `-st PID...`: processes told to stop once this one serves.
+    pub old_pids: Vec<i32>,
+    /// `-st` rather than `-sf`: the old processes get SIGTERM (hard stop), not SIGUSR1.
+    pub old_pids_hard: bool,
+}
+
+impl Options {
+    /// Whether this process replaces running ones (a reload).
+    fn reloading(&self) -> bool {
+        self.xfer_socket.is_some() || !self.old_pids.is_empty()
+    }
 }
 
 fn available_cpus() -> usize {
@@ -176,26 +201,79 @@ fn bind_one(addr: SocketAddr) -> std::io::Result<StdListener> {
 /// Listeners for one thread: `(frontend index, socket)`.
 type ThreadListeners = Vec<(usize, StdListener)>;
 
-/// Bind one socket per thread per bind address (SO_REUSEPORT).
-fn bind_all(config: &Config, nbthread: usize) -> Result<Vec<ThreadListeners>, DaemonError> {
+/// Sort the sockets a predecessor handed over by local address; sockets that are
+/// not listening TCP sockets are closed.
+fn inherited_by_addr(
+    inherited: Vec<std::os::fd::OwnedFd>,
+) -> std::collections::HashMap<SocketAddr, Vec<StdListener>> {
+    use nix::sys::socket::{getsockopt, sockopt};
+    let mut pool: std::collections::HashMap<SocketAddr, Vec<StdListener>> = Default::default();
+    for fd in inherited {
+        let listening = getsockopt(&fd, sockopt::AcceptConn).unwrap_or(false);
+        let sock = socket2::Socket::from(fd);
+        let addr = sock.local_addr().ok().and_then(|a| a.as_socket());
+        match addr {
+            Some(a) if listening && sock.r#type().ok() == Some(socket2::Type::STREAM) => {
+                if let Err(e) = sock.set_nonblocking(true) {
+                    tracing::warn!(addr = %a, error = %e, "inherited socket: cannot set non-blocking; closing it");
+                    continue;
+                }
+                pool.entry(a).or_default().push(sock.into());
+            }
+            _ => tracing::warn!(
+                ?addr,
+                "inherited descriptor is not a listening TCP socket; closing it"
+            ),
+        }
+    }
+    pool
+}
+
+/// Bind one socket per thread per bind address (SO_REUSEPORT), adopting the
+/// sockets a predecessor handed over (`inherited`) for the addresses they match.
+fn bind_all(
+    config: &Config,
+    nbthread: usize,
+    inherited: Vec<std::os::fd::OwnedFd>,
+) -> Result<Vec<ThreadListeners>, DaemonError> {
+    let mut pool = inherited_by_addr(inherited);
     let mut per_thread: Vec<ThreadListeners> = (0..nbthread).map(|_| Vec::new()).collect();
     for (fi, fe) in config.frontends.iter().enumerate() {
         for &addr in &fe.binds {
+            // A predecessor's sockets on this address (never for port 0: the
+            // address is not known before binding).
+            let mut taken = if addr.port() == 0 {
+                Vec::new()
+            } else {
+                pool.remove(&addr).unwrap_or_default()
+            };
+            let adopted = taken.len();
             // The first bind may pick a port (port 0); siblings join the same one.
             let mut actual = addr;
             for list in per_thread.iter_mut() {
-                let l = bind_one(actual).map_err(|source| DaemonError::Bind {
-                    frontend: fe.name.clone(),
-                    addr,
-                    source,
-                })?;
+                let l = match taken.pop() {
+                    Some(l) => l,
+                    None => bind_one(actual).map_err(|source| DaemonError::Bind {
+                        frontend: fe.name.clone(),
+                        addr,
+                        source,
+                    })?,
+                };
                 if let Ok(a) = l.local_addr() {
                     actual = a;
                 }
                 list.push((fi, l));
             }
-            tracing::info!(frontend = %fe.name, addr = %actual, "listening");
+            // More inherited sockets than threads: each keeps an accept queue
+            // that clients were hashed to, so each is served by some thread.
+            for (i, l) in taken.into_iter().enumerate() {
+                per_thread[i % nbthread].push((fi, l));
+            }
+            tracing::info!(frontend = %fe.name, addr = %actual, inherited = adopted, "listening");
         }
+    }
+    for (addr, socks) in pool {
+        tracing::warn!(%addr, sockets = socks.len(), "inherited listening sockets not in the configuration: closing them");
     }
     Ok(per_thread)
 }
@@ -218,8 +296,13 @@ impl PidFile {
 
 impl Drop for PidFile {
     fn drop(&mut self) {
+        // Only our own: after a reload the file holds the successor's pid.
         if let Some(p) = &self.0 {
-            let _ = std::fs::remove_file(p);
+            let ours = std::fs::read_to_string(p)
+                .is_ok_and(|s| s.trim() == std::process::id().to_string());
+            if ours {
+                let _ = std::fs::remove_file(p);
+            }
         }
     }
 }
@@ -311,9 +394,39 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     let forward_mode = opts.forward_mode.unwrap_or(config.global.forward_mode);
     crate::handoff::init_pipes(config.global.pipesize, config.global.maxpipes);
 
+    if opts.reloading() {
+        crate::notify::notify_or_warn(&format!(
+            "RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=Reloading: new process {} starting",
+            crate::notify::monotonic_usec(),
+            std::process::id()
+        ));
+    }
     let signals = Signals::install()?;
+    // The predecessor's listening sockets, before anything of ours is bound
+    // (our stats socket may take over the path `-x` names).
+    let inherited = match &opts.xfer_socket {
+        Some(path) => {
+            let fds = crate::reload::fetch_sockets(path)?;
+            tracing::info!(sockets = fds.len(), path = %path.display(), "took the listening sockets of the old process");
+            fds
+        }
+        None => Vec::new(),
+    };
     let bpf_status = load_bpf(&config, forward_mode)?;
-    let listeners = bind_all(&config, nbthread)?;
+    let listeners = bind_all(&config, nbthread, inherited)?;
+    if config
+        .global
+        .stats_sockets
+        .iter()
+        .any(|s| s.expose_fd_listeners)
+    {
+        let dups = listeners
+            .iter()
+            .flatten()
+            .filter_map(|(_, l)| std::os::fd::AsFd::as_fd(l).try_clone_to_owned().ok())
+            .collect();
+        crate::reload::export(dups);
+    }
     // Stats sockets: bound before dropping privileges; files removed when this drops.
     let mut cli_sockets = crate::cli::Sockets::bind(&config)?;
     let _pidfile = PidFile::create(config.global.pidfile.as_ref())?;
@@ -359,8 +472,19 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
             })?;
         threads.push(h);
     }
+    signal_old_processes(&opts);
+    let ready = if opts.reloading() {
+        format!(
+            "READY=1\nMAINPID={}\nSTATUS=Ready (reloaded).",
+            std::process::id()
+        )
+    } else {
+        "READY=1\nSTATUS=Ready.".to_string()
+    };
+    crate::notify::notify_or_warn(&ready);
 
     wait_for_signals(signals, &phase_tx, &state, config.global.hard_stop_after);
+    crate::reload::close_exported();
     for t in threads {
         let _ = t.join();
     }
@@ -368,7 +492,31 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     Ok(())
 }
 
-/// Block the main thread on signals and drive the phase changes.
+/// `-sf`/`-st`: tell the processes this one replaces to stop. A pid that is
+/// gone is only logged (it may have exited already).
+fn signal_old_processes(opts: &Options) {
+    use nix::sys::signal::{kill, Signal};
+    let sig = if opts.old_pids_hard {
+        Signal::SIGTERM
+    } else {
+        Signal::SIGUSR1
+    };
+    for &pid in &opts.old_pids {
+        match kill(nix::unistd::Pid::from_raw(pid), sig) {
+            Ok(()) => tracing::info!(pid, signal = %sig, "old process told to stop"),
+            Err(e) => tracing::warn!(pid, signal = %sig, error = %e, "cannot signal old process"),
+        }
+    }
+}
+
+/// Tell systemd the service stops, unless a successor took our sockets (it speaks
+/// for the service now: a `STOPPING=1` from us would stop the unit).
+fn notify_stopping() {
+    if !crate::reload::handed_over() {
+        crate::notify::notify_or_warn("STOPPING=1\nSTATUS=Stopping.");
+    }
+}
+
 /// The signals the daemon obeys, installed before anything announces that
 /// shunt started (a SIGUSR1 or SIGTERM sent right after "shunt started" must
 /// find the handlers in place, not the default action).
@@ -403,6 +551,7 @@ impl Signals {
     }
 }
 
+/// Block the main thread on signals and drive the phase changes.
 fn wait_for_signals(
     signals: Signals,
     phase: &watch::Sender<Phase>,
@@ -419,21 +568,29 @@ fn wait_for_signals(
         tokio::select! {
             _ = term.recv() => {
                 tracing::warn!("Proxy stopping (SIGTERM): closing listeners and flows");
+                notify_stopping();
                 let _ = phase.send(Phase::HardStop);
+                crate::reload::close_exported();
                 return;
             }
             _ = int.recv() => {
                 tracing::warn!("Proxy stopping (SIGINT): closing listeners and flows");
+                notify_stopping();
                 let _ = phase.send(Phase::HardStop);
+                crate::reload::close_exported();
                 return;
             }
             _ = usr1.recv() => {}
         }
+        notify_stopping();
         tracing::warn!(
             flows = state.conns.load(Ordering::Relaxed),
             "soft-stop (SIGUSR1): listeners closed, waiting for flows to end"
         );
         let _ = phase.send(Phase::SoftStop);
+        // The listeners close with their accept loops; our dups must not keep
+        // the sockets open (a successor that fetched them holds its own).
+        crate::reload::close_exported();
         let deadline = hard_stop_after.map(|d| tokio::time::Instant::now() + d);
         loop {
             if state.conns.load(Ordering::Relaxed) == 0 {
@@ -554,7 +711,12 @@ async fn accept_loop(state: Arc<State>, fe_idx: usize, listener: TcpListener) {
                 // from `set maxconn`): hold this client, as the backlog would,
                 // until it fits. Two workers passing the check at once can still
                 // overshoot by one each: the check and the count are not atomic.
-                if !wait_for_room(&state, fe_idx, &mut phase).await {
+                // A client accepted just as a soft stop (a reload) began is served
+                // all the same: dropping it would reset a connection the kernel
+                // already completed.
+                if !wait_for_room(&state, fe_idx, &mut phase).await
+                    && *phase.borrow() == Phase::HardStop
+                {
                     break;
                 }
                 state.conns.fetch_add(1, Ordering::Relaxed);

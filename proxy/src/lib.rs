@@ -14,6 +14,8 @@ pub mod daemon;
 pub mod handoff;
 pub mod lb;
 pub mod maps;
+pub mod notify;
+pub mod reload;
 pub mod scheduler;
 pub mod session;
 pub mod sni;

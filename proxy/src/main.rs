@@ -3,6 +3,10 @@
 //! Only wiring lives here: parse arguments, set up tracing, load and validate
 //! the configuration, and map start-up errors to exit codes (1 for a bad
 //! configuration or a start-up failure, as HAProxy).
+//!
+//! HAProxy spells its reload options `-sf PID...` and `-st PID...` with one
+//! dash; they are rewritten to `--sf`/`--st` before clap sees them (clap's short
+//! options are one letter).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,6 +37,28 @@ struct Args {
     /// Quiet: warnings and errors only.
     #[arg(short = 'q')]
     quiet: bool,
+    /// Take the listening sockets from the process serving this stats socket
+    /// (`expose-fd listeners`) before binding: seamless reload.
+    #[arg(short = 'x', value_name = "PATH")]
+    xfer_socket: Option<PathBuf>,
+    /// `-sf PID...`: once started, send these processes SIGUSR1 (soft stop: they
+    /// stop accepting, finish their flows and exit).
+    #[arg(long = "sf", value_name = "PID", num_args = 1.., conflicts_with = "hard_stop_pids")]
+    soft_stop_pids: Vec<i32>,
+    /// `-st PID...`: once started, send these processes SIGTERM (hard stop).
+    #[arg(long = "st", value_name = "PID", num_args = 1..)]
+    hard_stop_pids: Vec<i32>,
+}
+
+/// The arguments with HAProxy's `-sf`/`-st` turned into `--sf`/`--st`.
+fn haproxy_style_args() -> Vec<std::ffi::OsString> {
+    std::env::args_os()
+        .map(|a| match a.to_str() {
+            Some("-sf") => "--sf".into(),
+            Some("-st") => "--st".into(),
+            _ => a,
+        })
+        .collect()
 }
 
 fn init_logging(args: &Args) {
@@ -56,7 +82,7 @@ fn init_logging(args: &Args) {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = Args::parse_from(haproxy_style_args());
     let pid = std::process::id();
     let loaded = match config::load(&args.files) {
         Ok(l) => l,
@@ -76,8 +102,16 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     init_logging(&args);
+    let old_pids_hard = !args.hard_stop_pids.is_empty();
     let opts = Options {
         forward_mode: args.forward_mode,
+        xfer_socket: args.xfer_socket.clone(),
+        old_pids: if old_pids_hard {
+            args.hard_stop_pids.clone()
+        } else {
+            args.soft_stop_pids.clone()
+        },
+        old_pids_hard,
     };
     match daemon::run(loaded.config, opts) {
         Ok(()) => ExitCode::SUCCESS,

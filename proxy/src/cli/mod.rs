@@ -136,6 +136,9 @@ pub struct Session {
     pub timed: bool,
     /// `set severity-output`: how messages are tagged.
     pub severity: command::SeverityOutput,
+    /// The connection's own socket when it came through a stats socket with
+    /// `expose-fd listeners`: `_getsocks` sends the listening sockets over it.
+    pub fd_passing: Option<Arc<std::os::fd::OwnedFd>>,
 }
 
 impl Session {
@@ -148,6 +151,7 @@ impl Session {
             prompt: false,
             timed: false,
             severity: command::SeverityOutput::None,
+            fd_passing: None,
         }
     }
 
@@ -167,13 +171,24 @@ pub struct Listener {
     pub listener: std::os::unix::net::UnixListener,
     pub level: CliLevel,
     pub path: PathBuf,
+    /// `expose-fd listeners`: `_getsocks` is served on this socket.
+    pub expose_fd: bool,
 }
 
 /// The bound stats sockets of the process. Dropping it removes the socket files.
 #[derive(Default)]
 pub struct Sockets {
     listeners: Vec<Listener>,
-    paths: Vec<PathBuf>,
+    /// Each file with the (device, inode) it had when bound: a successor started
+    /// by a reload binds the same path, and its file must survive our exit.
+    paths: Vec<(PathBuf, Option<(u64, u64)>)>,
+}
+
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 impl Sockets {
@@ -183,7 +198,7 @@ impl Sockets {
         let mut s = Sockets::default();
         for sock in &config.global.stats_sockets {
             let l = bind_one(sock)?;
-            s.paths.push(sock.path.clone());
+            s.paths.push((sock.path.clone(), file_id(&sock.path)));
             s.listeners.push(l);
         }
         Ok(s)
@@ -197,8 +212,10 @@ impl Sockets {
 
 impl Drop for Sockets {
     fn drop(&mut self) {
-        for p in &self.paths {
-            let _ = std::fs::remove_file(p);
+        for (p, id) in &self.paths {
+            if id.is_some() && file_id(p) == *id {
+                let _ = std::fs::remove_file(p);
+            }
         }
     }
 }
@@ -238,6 +255,7 @@ fn bind_one(sock: &StatsSocket) -> Result<Listener, CliError> {
         listener,
         level: sock.level,
         path: path.clone(),
+        expose_fd: sock.expose_fd_listeners,
     })
 }
 
@@ -286,7 +304,7 @@ pub fn serve(state: Arc<State>, listeners: Vec<Listener>) -> Vec<TaskHandle> {
                 tasks.push(scheduler::spawn(
                     Class::Bulk,
                     "cli",
-                    accept_loop(ctx.clone(), ul, l.level),
+                    accept_loop(ctx.clone(), ul, l.level, l.expose_fd),
                 ));
             }
             Err(e) => {
@@ -297,7 +315,7 @@ pub fn serve(state: Arc<State>, listeners: Vec<Listener>) -> Vec<TaskHandle> {
     tasks
 }
 
-async fn accept_loop(ctx: Arc<Ctx>, listener: UnixListener, level: CliLevel) {
+async fn accept_loop(ctx: Arc<Ctx>, listener: UnixListener, level: CliLevel, expose_fd: bool) {
     let maxconn = ctx.state.config.global.stats_maxconn.max(1);
     let slots = Arc::new(Semaphore::new(maxconn));
     loop {
@@ -309,9 +327,14 @@ async fn accept_loop(ctx: Arc<Ctx>, listener: UnixListener, level: CliLevel) {
             Ok((stream, _)) => {
                 let ctx = ctx.clone();
                 let timeout = ctx.state.config.global.stats_timeout;
+                let mut sess = Session::new(level, timeout);
+                if expose_fd {
+                    use std::os::fd::AsFd;
+                    sess.fd_passing = stream.as_fd().try_clone_to_owned().ok().map(Arc::new);
+                }
                 scheduler::spawn(Class::Bulk, "cli-conn", async move {
                     let _permit = permit;
-                    serve_conn(&ctx, stream, Session::new(level, timeout)).await;
+                    serve_conn(&ctx, stream, sess).await;
                 });
             }
             Err(e) => {
@@ -390,6 +413,21 @@ async fn drain<S: AsyncWrite + Unpin>(
     }
 }
 
+/// `_getsocks`: send the listening sockets over the connection's own socket.
+fn getsocks(sess: &Session) {
+    let Some(fd) = &sess.fd_passing else {
+        return;
+    };
+    use std::os::fd::AsFd;
+    match crate::reload::serve_getsocks(fd.as_fd()) {
+        Ok(n) => tracing::warn!(
+            sockets = n,
+            "_getsocks: listening sockets sent to a new process"
+        ),
+        Err(e) => tracing::warn!(error = %e, "_getsocks: transfer failed"),
+    }
+}
+
 /// Drive one CLI connection until it closes. Generic over the stream so tests can use
 /// socket pairs.
 pub async fn serve_conn<S>(ctx: &Ctx, mut stream: S, mut sess: Session)
@@ -429,6 +467,13 @@ where
                         out.extend_from_slice(&sess.prompt_bytes(ctx));
                     }
                     for req in reqs {
+                        if req.words.first().map(String::as_str) == Some("_getsocks") {
+                            // HAProxy's seamless reload: answer with descriptors (or
+                            // nothing without `expose-fd listeners`), then close.
+                            let _ = send(ctx, &mut stream, &out).await;
+                            getsocks(&sess);
+                            return;
+                        }
                         let cmd = command::parse(&req);
                         let answer = if !dispatch::needs_workers(&cmd) {
                             dispatch::dispatch(ctx, &mut sess, cmd)

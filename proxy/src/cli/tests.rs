@@ -652,6 +652,7 @@ fn sockets_bind_with_mode_replace_stale_files_and_clean_up() {
         level: CliLevel::Admin,
         user: None,
         group: None,
+        expose_fd_listeners: false,
     });
     let mut socks = Sockets::bind(&cfg).expect("bind over a stale socket");
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
@@ -738,6 +739,7 @@ fn end_to_end_daemon_serves_stats_socket_with_live_counters() {
         level: CliLevel::Admin,
         user: None,
         group: None,
+        expose_fd_listeners: false,
     });
     std::thread::spawn(move || {
         let _ = crate::daemon::run(cfg, crate::daemon::Options::default());

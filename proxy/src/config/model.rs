@@ -55,6 +55,9 @@ pub struct StatsSocket {
     pub level: CliLevel,
     pub user: Option<String>,
     pub group: Option<String>,
+    /// `expose-fd listeners`: `_getsocks` on this socket hands the listening
+    /// sockets to a new process started with `-x PATH` (seamless reload).
+    pub expose_fd_listeners: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]

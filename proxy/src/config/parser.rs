@@ -1035,6 +1035,7 @@ fn stats_line(g: &mut Global, args: &[String]) -> Result<usize, String> {
                 level: CliLevel::default(),
                 user: None,
                 group: None,
+                expose_fd_listeners: false,
             };
             let mut i = 3;
             while i < args.len() {
@@ -1073,9 +1074,18 @@ fn stats_line(g: &mut Global, args: &[String]) -> Result<usize, String> {
                             sock.group = Some(name.to_string());
                         }
                     }
+                    "expose-fd" => {
+                        if v != Some("listeners") {
+                            return Err(format!(
+                                "'stats socket' : 'expose-fd' only supports 'listeners' (got '{}')",
+                                v.unwrap_or("")
+                            ));
+                        }
+                        sock.expose_fd_listeners = true;
+                    }
                     other => {
                         return Err(format!(
-                            "'stats socket' : unknown keyword '{other}'. Registered keywords : mode, level, user, group."
+                            "'stats socket' : unknown keyword '{other}'. Registered keywords : mode, level, user, group, expose-fd."
                         ))
                     }
                 }

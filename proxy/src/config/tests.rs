@@ -215,7 +215,7 @@ fn global_keywords() {
   group haproxy
   pidfile /run/shunt.pid
   hard-stop-after 30s
-  stats socket /run/shunt.sock mode 660 level admin user root group adm
+  stats socket /run/shunt.sock mode 660 level admin user root group adm expose-fd listeners
   stats socket /run/shunt-ro.sock
   stats timeout 2m
   stats maxconn 20
@@ -243,6 +243,7 @@ fn global_keywords() {
                 level: CliLevel::Admin,
                 user: Some("root".into()),
                 group: Some("adm".into()),
+                expose_fd_listeners: true,
             },
             StatsSocket {
                 path: "/run/shunt-ro.sock".into(),
@@ -250,6 +251,7 @@ fn global_keywords() {
                 level: CliLevel::Operator,
                 user: None,
                 group: None,
+                expose_fd_listeners: false,
             },
         ]
     );
@@ -319,7 +321,8 @@ fn global_errors() {
         ("stats socket /tmp/x.sock mode abc", "'stats socket' : 'mode' : missing or invalid mode 'abc' (octal integer expected)"),
         ("stats socket /tmp/x.sock mode 99", "'stats socket' : 'mode' : missing or invalid mode '99' (octal integer expected)"),
         ("stats socket /tmp/x.sock level foo", "'stats socket' : 'level' only supports 'user', 'operator', and 'admin' (got 'foo')"),
-        ("stats socket /tmp/x.sock expose-fd listeners", "'stats socket' : unknown keyword 'expose-fd'. Registered keywords : mode, level, user, group."),
+        ("stats socket /tmp/x.sock expose-fd all", "'stats socket' : 'expose-fd' only supports 'listeners' (got 'all')"),
+        ("stats socket /tmp/x.sock bogus 1", "'stats socket' : unknown keyword 'bogus'. Registered keywords : mode, level, user, group, expose-fd."),
         ("stats socket ipv4@127.0.0.1:9999", "'stats socket' : only UNIX sockets are supported by shunt (got 'ipv4@127.0.0.1:9999')"),
         ("stats timeout 1S", "'stats timeout' : unexpected character 'S'"),
         ("stats maxconn 0", "'stats maxconn' expects a positive value"),
