@@ -53,20 +53,6 @@ const SKIPPED: &[(&str, &str)] = &[
         "experimental-mode",
         "HAProxy debugging modes, not in the CLI issue",
     ),
-    ("enable health", "health checks belong to the checks issue"),
-    ("disable health", "health checks belong to the checks issue"),
-    (
-        "set server b/s1 health",
-        "health checks belong to the checks issue",
-    ),
-    (
-        "set server b/s1 agent",
-        "agent checks belong to the checks issue",
-    ),
-    (
-        "set server b/s1 check-port",
-        "health checks belong to the checks issue",
-    ),
     (
         "show sess 0x",
         "names a flow of the HAProxy session (its pointer)",

@@ -448,6 +448,8 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         phase: phase_rx,
         remotes: std::sync::Mutex::new(Vec::with_capacity(nbthread)),
     });
+    // Before any worker starts: the first checks and flows see the restored state.
+    crate::checks::state_file::load(&state);
     tracing::info!(nbthread, mode = ?forward_mode, "shunt started");
 
     let mut threads = Vec::with_capacity(nbthread);

@@ -189,8 +189,14 @@ pub async fn run(t: Arc<Target>, first: Duration) {
     tokio::time::sleep(first).await;
     let disabled = t.state.config.backends[t.bi].servers[t.si].disabled;
     loop {
+        // `disable agent` pauses the agent (maintenance does not: the agent's
+        // `ready` is what ends the maintenance its `maint` started).
+        if !t.server.agent_enabled() {
+            tokio::time::sleep(a.inter).await;
+            continue;
+        }
         let started = Instant::now();
-        match probe::agent_line(&t, &a).await {
+        match probe::agent_line(&t).await {
             Ok(line) => {
                 let reply = parse(&line);
                 let warning = apply_settings(&t.server, &reply, disabled);

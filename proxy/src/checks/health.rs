@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{probe, Outcome, Target};
+use crate::daemon::State;
 use crate::lb::ServerRt;
 
 /// What one result does to the health.
@@ -60,8 +61,9 @@ pub fn step(health: u32, up: bool, passed: bool, rise: u32, fall: u32) -> Step {
 pub async fn run(t: Arc<Target>, first: Duration) {
     tokio::time::sleep(first).await;
     loop {
-        // Checks pause while the server is in maintenance (HAProxy's CHK_ST_PAUSED).
-        if !t.server.is_maint() {
+        // Checks pause while the server is in maintenance (HAProxy's CHK_ST_PAUSED)
+        // and after `disable health`.
+        if !t.server.is_maint() && t.server.checked() {
             let started = Instant::now();
             let out = match &t.rules {
                 Some(rules) => probe::tcp_check(&t, rules).await,
@@ -96,42 +98,120 @@ pub fn apply(t: &Target, out: &Outcome, duration: Duration) {
 
 /// Mark the server UP or DOWN for `out`, log it HAProxy's way, and apply the effects.
 pub fn set_state(t: &Target, up: bool, out: &Outcome, duration: Duration) {
-    let s = &t.server;
-    if !s.transition(up) {
-        return;
+    let change = if up { Change::Up } else { Change::Down };
+    mark(&t.site(), change, &Cause::Check(out, duration));
+}
+
+/// One server of the process, as a transition reaches it: the configuration (its
+/// `on-marked-*` keywords), the backend to rebalance, the workers whose flows it
+/// may shut.
+#[derive(Clone, Copy)]
+pub struct Site<'a> {
+    pub state: &'a State,
+    pub bi: usize,
+    pub si: usize,
+}
+
+impl Site<'_> {
+    pub fn server(&self) -> &Arc<ServerRt> {
+        &self.state.backends[self.bi].servers[self.si]
     }
-    t.backend.rebalance();
-    let be = &t.state.config.backends[t.bi].name;
+}
+
+/// Why a server changes state: a check's result, or an operator's words
+/// (`changed from CLI`, `changed from server-state after a reload`).
+#[derive(Debug, Clone, Copy)]
+pub enum Cause<'a> {
+    Check(&'a Outcome, Duration),
+    Reason(&'a str),
+}
+
+/// The operational states a server moves between (HAProxy's RUNNING, STOPPED,
+/// STOPPING).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Up,
+    Down,
+    /// Up, but no new traffic (`set server B/S health stopping`).
+    Stopping,
+}
+
+impl Change {
+    fn word(self) -> &'static str {
+        match self {
+            Change::Up => "UP",
+            Change::Down => "DOWN",
+            Change::Stopping => "stopping",
+        }
+    }
+}
+
+/// Move the server of `site` to `change` for `cause`: log it HAProxy's way, rebalance,
+/// and apply `on-marked-down shutdown-sessions` / `on-marked-up
+/// shutdown-backup-sessions`. False (and nothing done) when it already was there.
+/// The caller checks maintenance (HAProxy ignores forced changes then).
+pub fn mark(site: &Site, change: Change, cause: &Cause) -> bool {
+    let be_rt = &site.state.backends[site.bi];
+    let s = site.server();
+    let changed = match change {
+        Change::Up => {
+            let was_stopping = s.is_stopping();
+            s.set_stopping(false);
+            s.transition(true) || was_stopping
+        }
+        Change::Down => s.transition(false),
+        Change::Stopping => {
+            if s.is_up() && s.is_stopping() {
+                false
+            } else {
+                s.transition(true);
+                s.set_stopping(true);
+                true
+            }
+        }
+    };
+    if !changed {
+        return false;
+    }
+    be_rt.rebalance();
+    let cfg = &site.state.config;
+    let be = &cfg.backends[site.bi].name;
     tracing::warn!(
         "{}",
-        transition_message(be, s, &t.backend.servers, up, out, duration)
+        transition_message(be, s, &be_rt.servers, change, cause)
     );
-    if !up && !t.backend.servers.iter().any(|x| x.usable()) {
-        tracing::error!("{} {} has no server available!", t.px_type, be);
+    if change != Change::Up && !be_rt.servers.iter().any(|x| x.usable()) {
+        tracing::error!(
+            "{} {} has no server available!",
+            super::px_type(cfg, site.bi),
+            be
+        );
     }
-    if !up && t.on_marked_down_shutdown {
-        shut_flows(t, vec![t.si]);
+    let c = &cfg.backends[site.bi].servers[site.si].check;
+    if change == Change::Down && c.on_marked_down_shutdown {
+        shut_flows(site.state, site.bi, vec![site.si]);
     }
-    if up && !s.backup && t.on_marked_up_shutdown_backup {
-        let backups = t
-            .backend
+    if change == Change::Up && !s.backup && c.on_marked_up_shutdown_backup {
+        let backups = be_rt
             .servers
             .iter()
             .filter(|x| x.backup)
             .map(|x| x.idx)
             .collect();
-        shut_flows(t, backups);
+        shut_flows(site.state, site.bi, backups);
     }
+    true
 }
 
-/// Close the flows of servers `sis` of the target's backend, on every worker.
-fn shut_flows(t: &Target, sis: Vec<usize>) {
+/// Close the flows of servers `sis` of backend `bi`, on every worker: each worker
+/// aborts the flows' tasks, which closes both sockets of userspace flows and
+/// deletes the sockmap entries of kernel-forwarded ones before closing them.
+pub fn shut_flows(state: &State, bi: usize, sis: Vec<usize>) {
     if sis.is_empty() {
         return;
     }
-    let bi = t.bi;
     let sis: Arc<[usize]> = sis.into();
-    for remote in t.state.remotes() {
+    for remote in state.remotes() {
         let sis = Arc::clone(&sis);
         remote.run(Box::new(move || {
             crate::stats::flows::abort_where(|v| {
@@ -156,28 +236,35 @@ pub fn ascii_encode(s: &str) -> String {
 
 /// `Server be/s1 is DOWN, reason: ..., info: "...", check duration: 0ms. 1 active
 /// and 0 backup servers left. 0 sessions active, 0 requeued, 0 remaining in queue.`
+/// (HAProxy's `srv_update_status` + `srv_append_status`; an operator's cause is
+/// written `, changed from CLI`).
 pub fn transition_message(
     be: &str,
     s: &ServerRt,
     servers: &[Arc<ServerRt>],
-    up: bool,
-    out: &Outcome,
-    duration: Duration,
+    change: Change,
+    cause: &Cause,
 ) -> String {
     let mut msg = format!(
-        "{}Server {be}/{} is {}, reason: {}",
+        "{}Server {be}/{} is {}",
         if s.backup { "Backup " } else { "" },
         s.name,
-        if up { "UP" } else { "DOWN" },
-        out.status.desc()
+        change.word()
     );
-    if out.status.has_code() {
-        msg.push_str(&format!(", code: {}", out.code.unwrap_or(0)));
+    match cause {
+        Cause::Check(out, duration) => {
+            msg.push_str(&format!(", reason: {}", out.status.desc()));
+            if out.status.has_code() {
+                msg.push_str(&format!(", code: {}", out.code.unwrap_or(0)));
+            }
+            if !out.desc.is_empty() {
+                msg.push_str(&format!(", info: \"{}\"", ascii_encode(&out.desc)));
+            }
+            msg.push_str(&format!(", check duration: {}ms", duration.as_millis()));
+        }
+        Cause::Reason(r) if !r.is_empty() => msg.push_str(&format!(", {r}")),
+        Cause::Reason(_) => {}
     }
-    if !out.desc.is_empty() {
-        msg.push_str(&format!(", info: \"{}\"", ascii_encode(&out.desc)));
-    }
-    msg.push_str(&format!(", check duration: {}ms", duration.as_millis()));
     let act = servers.iter().filter(|x| !x.backup && x.usable()).count();
     let bck = servers.iter().filter(|x| x.backup && x.usable()).count();
     let on_backup = if bck > 0 && act == 0 {
@@ -185,15 +272,15 @@ pub fn transition_message(
     } else {
         ""
     };
-    if up {
+    if change == Change::Down {
         msg.push_str(&format!(
-            ". {act} active and {bck} backup servers online.{on_backup} 0 sessions requeued, {} total in queue.",
+            ". {act} active and {bck} backup servers left.{on_backup} {} sessions active, 0 requeued, {} remaining in queue.",
+            s.cur_conns(),
             s.queue_cur()
         ));
     } else {
         msg.push_str(&format!(
-            ". {act} active and {bck} backup servers left.{on_backup} {} sessions active, 0 requeued, {} remaining in queue.",
-            s.cur_conns(),
+            ". {act} active and {bck} backup servers online.{on_backup} 0 sessions requeued, {} total in queue.",
             s.queue_cur()
         ));
     }

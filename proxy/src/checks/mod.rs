@@ -14,6 +14,9 @@
 //! Must not: block a worker (every probe is async and bounded by the check
 //! timeouts); hold a lock across an await.
 //!
+//! The server-state file (`server-state-file`, `load-server-state-from-file`) is
+//! read once at start by [`state_file`].
+//!
 //! Not applied yet (parsed by the config): `slowstart` (a server comes back at full
 //! weight), `observe layer4` / `error-limit` / `on-error` (live traffic does not feed
 //! the checks) and `check-send-proxy`.
@@ -21,11 +24,11 @@
 pub mod agent;
 pub mod health;
 pub mod probe;
+pub mod state_file;
 
 #[cfg(test)]
 mod tests;
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -151,9 +154,6 @@ pub struct Target {
     pub fastinter: Duration,
     pub downinter: Duration,
     pub timeouts: probe::Timeouts,
-    /// `addr` / `port` of the server line: where checks connect instead of the server.
-    pub addr: Option<IpAddr>,
-    pub port: Option<u16>,
     /// `option tcp-check` rules (compiled), or `None` for a plain connect check.
     pub rules: Option<Arc<[probe::Rule]>>,
     pub agent: Option<AgentTarget>,
@@ -161,13 +161,11 @@ pub struct Target {
     pub on_marked_up_shutdown_backup: bool,
 }
 
-/// The agent of one server.
+/// The agent of one server (where it listens and what it is sent live in the
+/// server's [`crate::lb::ProbeTargets`], which the CLI may change).
 #[derive(Debug, Clone)]
 pub struct AgentTarget {
-    pub addr: Option<IpAddr>,
-    pub port: Option<u16>,
     pub inter: Duration,
-    pub send: Vec<u8>,
 }
 
 impl Target {
@@ -181,32 +179,32 @@ impl Target {
             .tcp_check
             .as_ref()
             .map(|r: &Vec<TcpCheckRule>| probe::compile(r).into());
-        let is_listen = cfg
-            .frontends
-            .iter()
-            .any(|f| f.name == be.name && f.id == be.id);
         Self {
             state: Arc::clone(state),
             bi,
             si,
             backend: Arc::clone(&state.backends[bi]),
             server: Arc::clone(&state.backends[bi].servers[si]),
-            px_type: if is_listen { "proxy" } else { "backend" },
+            px_type: px_type(cfg, bi),
             inter,
             fastinter: c.fastinter.unwrap_or(inter),
             downinter: c.downinter.unwrap_or(inter),
             timeouts: probe::Timeouts::new(inter, be.timeouts.connect, be.timeouts.check),
-            addr: c.addr.as_deref().and_then(|a| a.parse().ok()),
-            port: c.port,
             rules,
             agent: c.agent_check.then(|| AgentTarget {
-                addr: c.agent_addr.as_deref().and_then(|a| a.parse().ok()),
-                port: c.agent_port,
                 inter: c.agent_inter.unwrap_or(DEFAULT_INTER),
-                send: c.agent_send.clone().unwrap_or_default().into_bytes(),
             }),
             on_marked_down_shutdown: c.on_marked_down_shutdown,
             on_marked_up_shutdown_backup: c.on_marked_up_shutdown_backup,
+        }
+    }
+
+    /// The server as a transition reaches it.
+    pub fn site(&self) -> health::Site<'_> {
+        health::Site {
+            state: &self.state,
+            bi: self.bi,
+            si: self.si,
         }
     }
 
@@ -223,6 +221,20 @@ impl Target {
         } else {
             self.fastinter
         }
+    }
+}
+
+/// HAProxy's proxy type word for backend `bi`: `proxy` for a `listen` section.
+pub fn px_type(cfg: &Config, bi: usize) -> &'static str {
+    let be = &cfg.backends[bi];
+    if cfg
+        .frontends
+        .iter()
+        .any(|f| f.name == be.name && f.id == be.id)
+    {
+        "proxy"
+    } else {
+        "backend"
     }
 }
 
@@ -278,6 +290,14 @@ pub fn status_word(s: &ServerRt, cli_drain: bool) -> String {
     }
     let (rise, fall, h) = (s.rise(), s.fall(), s.health());
     let max = rise + fall - 1;
+    if s.is_up() && s.is_stopping() {
+        // HAProxy's SRV_ST_STOPPING (`set server B/S health stopping`).
+        return if !s.checked() || h >= max {
+            "NOLB".to_string()
+        } else {
+            format!("NOLB {}/{fall}", (h + 1).saturating_sub(rise))
+        };
+    }
     if s.is_up() {
         // Below `rise` while up only when forced up (the CLI): not "going down".
         let going_down = s.checked() && h < max && h >= rise;

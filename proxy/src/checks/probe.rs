@@ -177,12 +177,14 @@ pub fn step_suffix(step: usize, rule: Option<&Rule>) -> String {
     m
 }
 
-/// Where a check connects: `addr`/`port` overrides, else the server's address.
+/// Where a check connects: the rule's `addr`/`port`, else the server line's (as
+/// the CLI may have changed them), else the server's address.
 fn check_addr(t: &Target, addr: Option<IpAddr>, port: Option<u16>) -> SocketAddr {
     let srv = t.server.addr();
+    let p = t.server.probe_targets();
     SocketAddr::new(
-        addr.or(t.addr).unwrap_or_else(|| srv.ip()),
-        port.or(t.port).unwrap_or_else(|| srv.port()),
+        addr.or(p.check_addr).unwrap_or_else(|| srv.ip()),
+        port.or(p.check_port).unwrap_or_else(|| srv.port()),
     )
 }
 
@@ -294,18 +296,19 @@ pub async fn tcp_check(t: &Target, rules: &[Rule]) -> Outcome {
 
 /// Connect to the agent, send `agent-send`, and read its first line. `Err` when the
 /// agent could not be reached or said nothing usable (no state change follows).
-pub async fn agent_line(t: &Target, a: &super::AgentTarget) -> Result<String, String> {
+pub async fn agent_line(t: &Target) -> Result<String, String> {
     let srv = t.server.addr();
+    let p = t.server.probe_targets();
     let addr = SocketAddr::new(
-        a.addr.unwrap_or_else(|| srv.ip()),
-        a.port.unwrap_or_else(|| srv.port()),
+        p.agent_addr.unwrap_or_else(|| srv.ip()),
+        p.agent_port.unwrap_or_else(|| srv.port()),
     );
     let mut s = connect(addr, t.timeouts.connect)
         .await
         .map_err(|(st, reason)| format!("{}: {reason}", st.info()))?;
     let deadline = Instant::now() + t.timeouts.read;
-    if !a.send.is_empty() {
-        match timeout_at(deadline, s.write_all(&a.send)).await {
+    if !p.agent_send.is_empty() {
+        match timeout_at(deadline, s.write_all(&p.agent_send)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(os_reason(&e)),
             Err(_) => return Err("timeout".to_string()),

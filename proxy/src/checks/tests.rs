@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::agent::{self, AgentAdmin, AgentHealth};
-use super::health::{self, step};
+use super::health::{self, step, Cause, Change};
 use super::probe::{self, eval_expect, Eval};
 use super::{status_word, Outcome, Status};
 use crate::config::{ExpectKind, TcpCheckAction, TcpCheckRule, TcpExpect};
@@ -109,7 +109,7 @@ fn transition_messages_are_haproxys() {
     s1.transition(false);
     let out = Outcome::new(Status::L4Con, "Connection refused");
     assert_eq!(
-        health::transition_message("be", &s1, &servers, false, &out, Duration::from_millis(0)),
+        health::transition_message("be", &s1, &servers, Change::Down, &Cause::Check(&out, Duration::from_millis(0))),
         "Server be/s1 is DOWN, reason: Layer4 connection problem, info: \"Connection refused\", check duration: 0ms. 1 active and 0 backup servers left. 0 sessions active, 0 requeued, 0 remaining in queue."
     );
     s1.transition(true);
@@ -119,14 +119,14 @@ fn transition_messages_are_haproxys() {
         desc: "(tcp-check)".into(),
     };
     assert_eq!(
-        health::transition_message("be", &s1, &servers, true, &out, Duration::from_millis(3)),
+        health::transition_message("be", &s1, &servers, Change::Up, &Cause::Check(&out, Duration::from_millis(3))),
         "Server be/s1 is UP, reason: Layer7 check passed, code: 0, info: \"(tcp-check)\", check duration: 3ms. 2 active and 0 backup servers online. 0 sessions requeued, 0 total in queue."
     );
     let b = Arc::new(server("check backup"));
     b.transition(false);
     let out = Outcome::new(Status::L4Tout, "");
     assert_eq!(
-        health::transition_message("be", &b, std::slice::from_ref(&b), false, &out, Duration::from_millis(2000)),
+        health::transition_message("be", &b, std::slice::from_ref(&b), Change::Down, &Cause::Check(&out, Duration::from_millis(2000))),
         "Backup Server be/s1 is DOWN, reason: Layer4 timeout, check duration: 2000ms. 0 active and 0 backup servers left. 0 sessions active, 0 requeued, 0 remaining in queue."
     );
     assert_eq!(health::ascii_encode("a\"b\nc"), "a\\x22b\\x0Ac");
@@ -279,4 +279,89 @@ fn timeouts_follow_timeout_check() {
     );
     let t = probe::Timeouts::new(inter, None, Some(Duration::from_millis(300)));
     assert_eq!((t.connect, t.read), (inter, Duration::from_millis(300)));
+}
+
+#[test]
+fn operator_transitions_are_logged_haproxys_way() {
+    let s1 = Arc::new(server("check"));
+    let servers = [s1.clone()];
+    s1.transition(false);
+    assert_eq!(
+        health::transition_message("be", &s1, &servers, Change::Down, &Cause::Reason("changed from CLI")),
+        "Server be/s1 is DOWN, changed from CLI. 0 active and 0 backup servers left. 0 sessions active, 0 requeued, 0 remaining in queue."
+    );
+    s1.transition(true);
+    s1.set_stopping(true);
+    assert!(!s1.usable(), "a stopping server takes no new traffic");
+    assert_eq!(
+        status_word(&s1, false),
+        "NOLB 1/3",
+        "health 2 of 4: going down"
+    );
+    s1.set_health(4);
+    assert_eq!(status_word(&s1, false), "NOLB");
+    assert_eq!(
+        health::transition_message("be", &s1, &servers, Change::Stopping, &Cause::Reason("changed from CLI")),
+        "Server be/s1 is stopping, changed from CLI. 0 active and 0 backup servers online. 0 sessions requeued, 0 total in queue."
+    );
+    // Any UP/DOWN transition ends `stopping`.
+    s1.transition(false);
+    assert!(!s1.is_stopping());
+    // `disable health`: no check shown, the configuration unchanged.
+    s1.transition(true);
+    s1.set_check_enabled(false);
+    assert!(!s1.checked() && s1.check_configured());
+    assert_eq!(status_word(&s1, false), "no check");
+}
+
+#[test]
+fn set_addr_bumps_the_generation() {
+    let s = server("");
+    let g = s.addr_gen();
+    s.set_addr("127.0.0.1:81".parse().expect("addr"));
+    assert_eq!(s.addr_gen(), g + 1);
+}
+
+#[test]
+fn state_file_parsing_follows_haproxy() {
+    use super::state_file::{parse, validate, FileError};
+    let head = "1\n# be_id be_name srv_id srv_name ...\n";
+    let line = "3 b 1 s1 10.0.0.1 2 1 7 10 5 6 3 4 6 0 0 0 - 8080 - 0 0 - - 0\n";
+    let lines = parse(&format!("{head}{line}"), "f").expect("parse");
+    let p = &lines[&("b".to_string(), "s1".to_string())];
+    let v = validate(p).expect("valid");
+    assert_eq!(v.addr, Some("10.0.0.1".parse().expect("ip")));
+    assert_eq!((v.op_state, v.admin, v.uweight, v.iweight), (2, 1, 7, 10));
+    assert_eq!(v.port, Some(8080));
+    assert_eq!(v.check_port, None);
+    // Version and corruption refuse the whole file.
+    assert_eq!(
+        parse(&format!("2\n{line}"), "f"),
+        Err(FileError::Version { path: "f".into() })
+    );
+    assert_eq!(
+        parse(&format!("{head}3 b 1 s1 10.0.0.1 2\n"), "f"),
+        Err(FileError::Corrupted {
+            path: "f".into(),
+            line: 2
+        })
+    );
+    assert_eq!(
+        parse(&format!("{head}{}", line.trim_end()), "f"),
+        Err(FileError::Corrupted {
+            path: "f".into(),
+            line: 2
+        }),
+        "a truncated last line"
+    );
+    // A bad value refuses the line, naming every bad field.
+    let bad: Vec<String> = "10.0.0.1 9 64 300 10 5 6 3 4 6 0 0 0 - 8080 - 0 0 - - 0"
+        .split(' ')
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        validate(&bad),
+        Err(", invalid srv_op_state value '9', invalid srv_uweight value '300'".to_string()),
+        "HMAINT (64) is masked out, as HAProxy recomputes it"
+    );
 }

@@ -166,8 +166,8 @@ pub enum ServerOp {
     BadState,
     /// `weight W[%]` (the raw word; empty when missing).
     Weight(String),
-    /// `health up|down|stopping`
-    Health(bool),
+    /// `health up|stopping|down`
+    Health(ForcedHealth),
     /// `health` with a missing or unknown word.
     BadHealth,
     /// No known operation: HAProxy prints the usage line.
@@ -177,6 +177,35 @@ pub enum ServerOp {
     Addr { addr: String, port: Option<String> },
     /// `addr` without an address.
     AddrMissing,
+    /// `agent up|down`: `Some(up)`, `None` for another word (refused after the
+    /// check that the agent is enabled, as HAProxy does).
+    Agent(Option<bool>),
+    /// `agent-addr IP [port P]` (raw words, as `Addr`).
+    AgentAddr { addr: String, port: Option<String> },
+    /// `agent-addr` without an address.
+    AgentAddrMissing,
+    /// `agent-port P` (the raw word).
+    AgentPort(String),
+    /// `agent-port` without a port.
+    AgentPortMissing,
+    /// `agent-send STRING` (empty when missing: the agent is then sent nothing).
+    AgentSend(String),
+    /// `check-addr IP [port P]` (raw words, as `Addr`).
+    CheckAddr { addr: String, port: Option<String> },
+    /// `check-addr` without an address.
+    CheckAddrMissing,
+    /// `check-port P` (the raw word).
+    CheckPort(String),
+    /// `check-port` without a port.
+    CheckPortMissing,
+}
+
+/// What `set server B/S health` forces (HAProxy's RUNNING, STOPPING, STOPPED).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForcedHealth {
+    Up,
+    Stopping,
+    Down,
 }
 
 /// Administrative state set by `set server B/S state`.
@@ -301,6 +330,14 @@ pub enum Command {
     PrepareMap(String),
     /// `commit map @VER MAP`: make version VER the live one.
     CommitMap { ver: u32, map: String },
+    /// `enable health B/S` (the raw `B/S` word, empty when missing).
+    EnableHealth(String),
+    /// `disable health B/S`
+    DisableHealth(String),
+    /// `enable agent B/S`
+    EnableAgent(String),
+    /// `disable agent B/S`
+    DisableAgent(String),
 }
 
 impl Command {
@@ -327,7 +364,11 @@ impl Command {
             | Command::ShutdownSessionsServer(_)
             | Command::SetMaxconnServer { .. }
             | Command::SetMaxconnFrontend { .. }
-            | Command::SetMaxconnGlobal(_) => CliLevel::Admin,
+            | Command::SetMaxconnGlobal(_)
+            | Command::EnableHealth(_)
+            | Command::DisableHealth(_)
+            | Command::EnableAgent(_)
+            | Command::DisableAgent(_) => CliLevel::Admin,
             Command::ShowProfiling(_) | Command::SetProfilingTasks(_) => CliLevel::Admin,
             _ => CliLevel::User,
         }
@@ -531,6 +572,26 @@ pub const HELP: &[HelpEntry] = &[
         syntax: "set maxconn server <bk>/<srv>",
         desc: "change a server's maxconn setting",
     },
+    HelpEntry {
+        keywords: &["disable", "agent"],
+        syntax: "disable agent",
+        desc: "disable agent checks",
+    },
+    HelpEntry {
+        keywords: &["disable", "health"],
+        syntax: "disable health",
+        desc: "disable health checks",
+    },
+    HelpEntry {
+        keywords: &["enable", "agent"],
+        syntax: "enable agent",
+        desc: "enable agent checks",
+    },
+    HelpEntry {
+        keywords: &["enable", "health"],
+        syntax: "enable health",
+        desc: "enable health checks",
+    },
 ];
 
 /// Parse one request. Never fails: unknown input becomes [`Command::Unknown`].
@@ -680,6 +741,10 @@ pub fn parse(req: &Request) -> Command {
         },
         ["set", "maxconn", "global", v, ..] => Command::SetMaxconnGlobal(atoi(v)),
         ["set", "maxconn", "global"] => bad(CliLevel::Admin, ParseError::ExpectsInteger),
+        ["enable", "health", rest @ ..] => Command::EnableHealth(first(rest)),
+        ["disable", "health", rest @ ..] => Command::DisableHealth(first(rest)),
+        ["enable", "agent", rest @ ..] => Command::EnableAgent(first(rest)),
+        ["disable", "agent", rest @ ..] => Command::DisableAgent(first(rest)),
         _ => Command::Unknown(req.words.clone()),
     }
 }
@@ -798,8 +863,9 @@ fn parse_server_op(words: &[&str]) -> ServerOp {
         ["state"] => ServerOp::BadState,
         ["weight", rest @ ..] => ServerOp::Weight(first(rest)),
         ["health", w, ..] => match *w {
-            "up" => ServerOp::Health(true),
-            "down" | "stopping" => ServerOp::Health(false),
+            "up" => ServerOp::Health(ForcedHealth::Up),
+            "stopping" => ServerOp::Health(ForcedHealth::Stopping),
+            "down" => ServerOp::Health(ForcedHealth::Down),
             _ => ServerOp::BadHealth,
         },
         ["health"] => ServerOp::BadHealth,
@@ -811,7 +877,36 @@ fn parse_server_op(words: &[&str]) -> ServerOp {
             },
         },
         ["addr"] => ServerOp::AddrMissing,
+        ["agent", rest @ ..] => ServerOp::Agent(match rest.first() {
+            Some(&"up") => Some(true),
+            Some(&"down") => Some(false),
+            _ => None,
+        }),
+        ["agent-addr", addr, rest @ ..] if !addr.is_empty() => ServerOp::AgentAddr {
+            addr: addr.to_string(),
+            port: port_words(rest),
+        },
+        ["agent-addr", ..] => ServerOp::AgentAddrMissing,
+        ["agent-port", p, ..] if !p.is_empty() => ServerOp::AgentPort(p.to_string()),
+        ["agent-port", ..] => ServerOp::AgentPortMissing,
+        ["agent-send", rest @ ..] => ServerOp::AgentSend(first(rest)),
+        ["check-addr", addr, rest @ ..] if !addr.is_empty() => ServerOp::CheckAddr {
+            addr: addr.to_string(),
+            port: port_words(rest),
+        },
+        ["check-addr", ..] => ServerOp::CheckAddrMissing,
+        ["check-port", p, ..] if !p.is_empty() => ServerOp::CheckPort(p.to_string()),
+        ["check-port", ..] => ServerOp::CheckPortMissing,
         _ => ServerOp::Usage,
+    }
+}
+
+/// `port P` after an address: `Some(P)` (`Some("")` when the word `port` has no
+/// value, which HAProxy reports as a bad port).
+fn port_words(rest: &[&str]) -> Option<String> {
+    match rest {
+        ["port", rest @ ..] => Some(first(rest)),
+        _ => None,
     }
 }
 
@@ -1010,6 +1105,69 @@ mod tests {
                 !matches!(p(&line), Command::Unknown(_)),
                 "help lists '{line}' but the parser does not know it"
             );
+        }
+    }
+
+    #[test]
+    fn server_management_commands() {
+        let op = |line: &str| match p(line) {
+            Command::SetServer { op, .. } => op,
+            other => panic!("{line}: {other:?}"),
+        };
+        assert_eq!(
+            op("set server b/s1 health stopping"),
+            ServerOp::Health(ForcedHealth::Stopping)
+        );
+        assert_eq!(
+            op("set server b/s1 health down"),
+            ServerOp::Health(ForcedHealth::Down)
+        );
+        assert_eq!(op("set server b/s1 health"), ServerOp::BadHealth);
+        assert_eq!(op("set server b/s1 agent up"), ServerOp::Agent(Some(true)));
+        assert_eq!(
+            op("set server b/s1 agent down"),
+            ServerOp::Agent(Some(false))
+        );
+        assert_eq!(op("set server b/s1 agent maybe"), ServerOp::Agent(None));
+        assert_eq!(op("set server b/s1 agent"), ServerOp::Agent(None));
+        assert_eq!(
+            op("set server b/s1 agent-addr 10.0.0.1 port 5555"),
+            ServerOp::AgentAddr {
+                addr: "10.0.0.1".into(),
+                port: Some("5555".into())
+            }
+        );
+        assert_eq!(op("set server b/s1 agent-addr"), ServerOp::AgentAddrMissing);
+        assert_eq!(
+            op("set server b/s1 agent-port 1"),
+            ServerOp::AgentPort("1".into())
+        );
+        assert_eq!(op("set server b/s1 agent-port"), ServerOp::AgentPortMissing);
+        assert_eq!(
+            op("set server b/s1 agent-send"),
+            ServerOp::AgentSend(String::new())
+        );
+        assert_eq!(
+            op("set server b/s1 check-addr ::1"),
+            ServerOp::CheckAddr {
+                addr: "::1".into(),
+                port: None
+            }
+        );
+        assert_eq!(op("set server b/s1 check-port"), ServerOp::CheckPortMissing);
+        assert_eq!(
+            op("set server b/s1 check-port 80"),
+            ServerOp::CheckPort("80".into())
+        );
+        assert_eq!(op("set server b/s1 maxconn 10"), ServerOp::Usage);
+        for (line, cmd) in [
+            ("enable health b/s1", Command::EnableHealth("b/s1".into())),
+            ("disable health b/s1", Command::DisableHealth("b/s1".into())),
+            ("enable agent b/s1", Command::EnableAgent("b/s1".into())),
+            ("disable agent", Command::DisableAgent(String::new())),
+        ] {
+            assert_eq!(p(line), cmd);
+            assert_eq!(p(line).level(), CliLevel::Admin, "{line}");
         }
     }
 

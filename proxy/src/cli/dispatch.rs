@@ -11,6 +11,11 @@
 //! time of the last change — lives in a small registry of [`AdminNote`]s here, keyed by
 //! the server's allocation and pruned of dropped servers.
 //!
+//! `set server B/S health|agent` force a state through `checks::health::mark` (the
+//! same path as the checks: log, rebalance, `on-marked-down shutdown-sessions`);
+//! `check-*`/`agent-*` and `enable|disable health|agent` change the server's probe
+//! targets and check flags, read by the check tasks at their next probe.
+//!
 //! Answers are either dumps ([`Output::Text`]: `show stat`, `show map`, ...) or
 //! messages ([`Output::Msg`], HAProxy's `cli_msg`/`cli_err`: errors, `help`, `show
 //! version`, `set server addr`'s report), and only messages carry the severity tag
@@ -26,7 +31,8 @@ use crate::lb::{ServerRt, MAX_WEIGHT};
 use crate::maps::{MapError, MapRt, Maps};
 
 use super::command::{
-    AdminState, Command, ParseError, PromptMode, ProxySel, ServerOp, SeverityOutput, PROMPT_USAGE,
+    AdminState, Command, ForcedHealth, ParseError, PromptMode, ProxySel, ServerOp, SeverityOutput,
+    PROMPT_USAGE,
 };
 use super::render::{self, StatFilter};
 use super::stream::Producer;
@@ -58,6 +64,21 @@ pub const SET_SERVER_USAGE: &str = "usage: set server <backend>/<server> addr | 
 pub const STATE_EXPECTS: &str = "'set server <srv> state' expects 'ready', 'drain' and 'maint'.\n";
 /// `set server B/S health` with a bad word.
 pub const HEALTH_EXPECTS: &str = "'set server <srv> health' expects 'up', 'stopping', or 'down'.\n";
+/// `set server B/S agent|agent-send` on a server without an enabled agent.
+pub const AGENT_NOT_ENABLED: &str = "agent checks are not enabled on this server.\n";
+/// `set server B/S agent` with a bad word.
+pub const AGENT_EXPECTS: &str = "'set server <srv> agent' expects 'up' or 'down'.\n";
+/// `set server B/S agent-addr|agent-port|check-addr|check-port` without a value.
+pub const AGENT_ADDR_REQUIRED: &str =
+    "set server <b>/<s> agent-addr requires an address and optionally a port.\n";
+pub const AGENT_PORT_REQUIRED: &str = "set server <b>/<s> agent-port requires a port.\n";
+pub const CHECK_ADDR_REQUIRED: &str =
+    "set server <b>/<s> check-addr requires an address and optionally a port.\n";
+pub const CHECK_PORT_REQUIRED: &str = "set server <b>/<s> check-port requires a port.\n";
+/// `enable health|agent B/S` on a server without `check` / `agent-check`.
+pub const HEALTH_NOT_CONFIGURED: &str =
+    "Health check was not configured on this server, cannot enable.\n";
+pub const AGENT_NOT_CONFIGURED: &str = "Agent was not configured on this server, cannot enable.\n";
 
 /// Weight errors, HAProxy 2.6's `server_parse_weight_change_request` texts. Two of
 /// them have no newline in HAProxy, which then also omits the empty line that ends
@@ -353,11 +374,8 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
                 }
                 ServerOp::BadState => Output::err(STATE_EXPECTS),
                 ServerOp::Weight(w) => set_weight(ctx, bi, si, &w),
-                ServerOp::Health(up) => {
-                    let be = &ctx.state.backends[bi];
-                    be.servers[si].set_up(up);
-                    touch(&be.servers[si]);
-                    be.rebalance();
+                ServerOp::Health(h) => {
+                    force_health(ctx, bi, si, h);
                     Output::empty()
                 }
                 ServerOp::BadHealth => Output::err(HEALTH_EXPECTS),
@@ -367,6 +385,31 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
                     set_addr(srv, &addr, port.as_deref())
                 }
                 ServerOp::AddrMissing => Output::err(ADDR_REQUIRED),
+                ServerOp::Agent(word) => force_agent(ctx, bi, si, word),
+                ServerOp::AgentAddr { addr, port } => {
+                    set_probe_target(ctx, bi, si, Probe::Agent, Some(&addr), port.as_deref())
+                }
+                ServerOp::AgentAddrMissing => Output::err(AGENT_ADDR_REQUIRED),
+                ServerOp::AgentPort(port) => {
+                    set_probe_target(ctx, bi, si, Probe::Agent, None, Some(&port))
+                }
+                ServerOp::AgentPortMissing => Output::err(AGENT_PORT_REQUIRED),
+                ServerOp::AgentSend(text) => {
+                    let srv = &ctx.state.backends[bi].servers[si];
+                    if !srv.agent_enabled() {
+                        return Output::err(AGENT_NOT_ENABLED);
+                    }
+                    srv.update_probe_targets(|p| p.agent_send = text.as_bytes().into());
+                    Output::empty()
+                }
+                ServerOp::CheckAddr { addr, port } => {
+                    set_probe_target(ctx, bi, si, Probe::Check, Some(&addr), port.as_deref())
+                }
+                ServerOp::CheckAddrMissing => Output::err(CHECK_ADDR_REQUIRED),
+                ServerOp::CheckPort(port) => {
+                    set_probe_target(ctx, bi, si, Probe::Check, None, Some(&port))
+                }
+                ServerOp::CheckPortMissing => Output::err(CHECK_PORT_REQUIRED),
             }
         }
         Command::EnableServer(target) => match find_server(ctx, &target) {
@@ -473,7 +516,185 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
             None => Output::err(UNKNOWN_MAP),
         },
         Command::CommitMap { ver, map } => map_change(ctx, &map, |_, m| m.commit(ver)),
+        Command::EnableHealth(target) => match find_server(ctx, &target) {
+            Ok((bi, si)) => {
+                let srv = &ctx.state.backends[bi].servers[si];
+                if !srv.check_configured() {
+                    return Output::err(HEALTH_NOT_CONFIGURED);
+                }
+                srv.set_check_enabled(true);
+                Output::empty()
+            }
+            Err(e) => Output::err(e),
+        },
+        Command::DisableHealth(target) => match find_server(ctx, &target) {
+            Ok((bi, si)) => {
+                ctx.state.backends[bi].servers[si].set_check_enabled(false);
+                Output::empty()
+            }
+            Err(e) => Output::err(e),
+        },
+        Command::EnableAgent(target) => match find_server(ctx, &target) {
+            Ok((bi, si)) => {
+                let srv = &ctx.state.backends[bi].servers[si];
+                if !srv.agent_configured() {
+                    return Output::err(AGENT_NOT_CONFIGURED);
+                }
+                srv.set_agent_enabled(true);
+                Output::empty()
+            }
+            Err(e) => Output::err(e),
+        },
+        Command::DisableAgent(target) => match find_server(ctx, &target) {
+            Ok((bi, si)) => {
+                ctx.state.backends[bi].servers[si].set_agent_enabled(false);
+                Output::empty()
+            }
+            Err(e) => Output::err(e),
+        },
     }
+}
+
+/// The reason HAProxy logs for a change forced by the CLI.
+pub const FROM_CLI: &str = "changed from CLI";
+
+/// `set server B/S health up|stopping|down`: HAProxy forces the state (unless the
+/// server is in maintenance) and resets the check's health counter, so the checks
+/// then start from there: `up` and `stopping` at full health (down after `fall`
+/// failures), `down` at 0 (up after `rise` passes).
+fn force_health(ctx: &Ctx, bi: usize, si: usize, h: ForcedHealth) {
+    use crate::checks::health::{mark, Cause, Change, Site};
+    let site = Site {
+        state: &ctx.state,
+        bi,
+        si,
+    };
+    let srv = site.server();
+    let full = srv.rise() + srv.fall() - 1;
+    let (health, change) = match h {
+        ForcedHealth::Up => (full, Change::Up),
+        ForcedHealth::Stopping => (full, Change::Stopping),
+        ForcedHealth::Down => (0, Change::Down),
+    };
+    srv.set_health(health);
+    if !srv.is_maint() {
+        mark(&site, change, &Cause::Reason(FROM_CLI));
+    }
+    touch(srv);
+}
+
+/// `set server B/S agent up|down`: as `health`, for the agent's own verdict.
+fn force_agent(ctx: &Ctx, bi: usize, si: usize, word: Option<bool>) -> Output {
+    use crate::checks::health::{mark, Cause, Change, Site};
+    let site = Site {
+        state: &ctx.state,
+        bi,
+        si,
+    };
+    let srv = site.server();
+    if !srv.agent_enabled() {
+        return Output::err(AGENT_NOT_ENABLED);
+    }
+    let Some(up) = word else {
+        return Output::err(AGENT_EXPECTS);
+    };
+    srv.set_agent_down(!up);
+    if !srv.is_maint() {
+        let change = if up { Change::Up } else { Change::Down };
+        mark(&site, change, &Cause::Reason(FROM_CLI));
+    }
+    touch(srv);
+    Output::empty()
+}
+
+/// Which probe `check-addr|check-port` / `agent-addr|agent-port` changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    Check,
+    Agent,
+}
+
+/// HAProxy's `srv_update_check_addr_port` / `srv_update_agent_addr_port`: all or
+/// nothing; a refusal is a warning message without a final period.
+fn set_probe_target(
+    ctx: &Ctx,
+    bi: usize,
+    si: usize,
+    which: Probe,
+    addr: Option<&str>,
+    port: Option<&str>,
+) -> Output {
+    let srv = &ctx.state.backends[bi].servers[si];
+    let warn = |m: String| Output::Msg(Severity::Warning, format!("{m}\n"));
+    let enabled = match which {
+        Probe::Check => srv.checked(),
+        Probe::Agent => srv.agent_enabled(),
+    };
+    if !enabled {
+        return warn(
+            match which {
+                Probe::Check => "health checks are not enabled on this server",
+                Probe::Agent => "agent checks are not enabled on this server",
+            }
+            .to_string(),
+        );
+    }
+    let ip = match addr {
+        None => None,
+        Some(a) => match a.parse::<IpAddr>() {
+            Ok(ip) => Some(ip),
+            Err(_) => return warn(format!("invalid addr '{a}'")),
+        },
+    };
+    let port = match port {
+        None => None,
+        Some(p) => match strl2irc(p) {
+            None => return warn("provided port is not an integer".to_string()),
+            Some(n) => match u16::try_from(n) {
+                Ok(n) => Some(n),
+                Err(_) => return warn("provided port is invalid".to_string()),
+            },
+        },
+    };
+    srv.update_probe_targets(|t| match which {
+        Probe::Check => {
+            if ip.is_some() {
+                t.check_addr = ip;
+            }
+            if port.is_some() {
+                t.check_port = port;
+            }
+        }
+        Probe::Agent => {
+            if ip.is_some() {
+                t.agent_addr = ip;
+            }
+            if port.is_some() {
+                t.agent_port = port;
+            }
+        }
+    });
+    Output::empty()
+}
+
+/// HAProxy's `strl2irc`: an optional `-` then digits only, within an `int`; `None`
+/// for anything else (the empty word included).
+fn strl2irc(word: &str) -> Option<i64> {
+    let (neg, digits) = match word.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, word),
+    };
+    if word.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for b in digits.bytes() {
+        v = v * 10 + i64::from(b - b'0');
+        if v > i64::from(i32::MAX) + i64::from(neg) {
+            return None;
+        }
+    }
+    Some(if neg { -v } else { v })
 }
 
 /// `prompt [n|i|p] [timed]` as HAProxy 3.x: `timed` toggles the time and implies
@@ -675,9 +896,18 @@ fn set_weight(ctx: &Ctx, bi: usize, si: usize, word: &str) -> Output {
 
 /// `set server B/S state ...`, `enable server`, `disable server`: HAProxy's admin
 /// transitions (maint clears drain, drain clears maint, ready clears both).
+///
+/// Existing flows are kept, except that a running server entering maintenance is
+/// marked down, which applies its `on-marked-down shutdown-sessions` (as HAProxy).
 fn set_admin(ctx: &Ctx, bi: usize, si: usize, st: AdminState) {
-    let be = &ctx.state.backends[bi];
+    set_admin_at(&ctx.state, bi, si, st);
+}
+
+/// [`set_admin`] for callers without a CLI context (the server-state file).
+pub fn set_admin_at(state: &crate::daemon::State, bi: usize, si: usize, st: AdminState) {
+    let be = &state.backends[bi];
     let srv = &be.servers[si];
+    let was_running = srv.is_up() && !srv.is_maint();
     with_note(srv, |n| {
         n.changed = Some(Instant::now());
         match st {
@@ -697,6 +927,12 @@ fn set_admin(ctx: &Ctx, bi: usize, si: usize, st: AdminState) {
         }
     });
     be.rebalance();
+    let shut = state.config.backends[bi].servers[si]
+        .check
+        .on_marked_down_shutdown;
+    if st == AdminState::Maint && was_running && shut {
+        crate::checks::health::shut_flows(state, bi, vec![si]);
+    }
 }
 
 /// Record that `srv` changed now (for `srv_time_since_last_change`).

@@ -1013,6 +1013,8 @@ pub const SERVERS_STATE_HEADER: &str = "1\n# be_id be_name srv_id srv_name srv_a
 /// HAProxy's `srv_op_state` values.
 const SRV_ST_STOPPED: u32 = 0;
 const SRV_ST_RUNNING: u32 = 2;
+/// `set server B/S health stopping` (shown as NOLB).
+const SRV_ST_STOPPING: u32 = 3;
 /// HAProxy's `srv_admin_state` bits: forced maintenance, maintenance from the
 /// configuration (`disabled`), forced drain.
 const SRV_ADMF_FMAINT: u32 = 0x01;
@@ -1061,7 +1063,10 @@ pub fn show_servers_state(
             }
             let rise = cfg.check.rise.unwrap_or(DEFAULT_RISE);
             let (status, result, health, state) = if cfg.check.enabled {
-                let mut state = CHK_ST_CONFIGURED | CHK_ST_ENABLED;
+                let mut state = CHK_ST_CONFIGURED;
+                if rt.checked() {
+                    state |= CHK_ST_ENABLED;
+                }
                 if maint {
                     state |= CHK_ST_PAUSED;
                 }
@@ -1101,7 +1106,9 @@ pub fn show_servers_state(
                 cfg.id,
                 cfg.name,
                 rt.addr().ip(),
-                if running {
+                if running && rt.is_stopping() {
+                    SRV_ST_STOPPING
+                } else if running {
                     SRV_ST_RUNNING
                 } else {
                     SRV_ST_STOPPED
@@ -1115,7 +1122,7 @@ pub fn show_servers_state(
                 health,
                 state,
                 rt.addr().port(),
-                cfg.check.port.unwrap_or(0),
+                rt.probe_targets().check_port.unwrap_or(0),
             );
         }
     }

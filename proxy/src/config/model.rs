@@ -106,6 +106,35 @@ pub struct Global {
     /// `tune.sched.low-latency on|off`.
     pub sched_low_latency: bool,
     pub logs: Vec<LogTarget>,
+    /// `server-state-file`, `server-state-base` and the backends that load it.
+    pub server_state: ServerStateConfig,
+}
+
+/// HAProxy's server-state file: `show servers state` saved by the operator, read
+/// at start to restore weights, admin states and addresses.
+///
+/// The backends that load it (`load-server-state-from-file global`) are listed
+/// here by name rather than flagged in [`Backend`], so that the many places that
+/// build a `Backend` need not change.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServerStateConfig {
+    /// `server-state-file FILE` (relative to `base` unless absolute).
+    pub file: Option<PathBuf>,
+    /// `server-state-base DIR`.
+    pub base: Option<PathBuf>,
+    /// Names of the backends with `load-server-state-from-file global`.
+    pub backends: Vec<String>,
+}
+
+impl ServerStateConfig {
+    /// The file to read, if one is configured.
+    pub fn path(&self) -> Option<PathBuf> {
+        let f = self.file.as_ref()?;
+        Some(match &self.base {
+            Some(b) if f.is_relative() => b.join(f),
+            _ => f.clone(),
+        })
+    }
 }
 
 impl Default for Global {
@@ -128,6 +157,7 @@ impl Default for Global {
             runqueue_depth: None,
             sched_low_latency: false,
             logs: Vec::new(),
+            server_state: ServerStateConfig::default(),
         }
     }
 }

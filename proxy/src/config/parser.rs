@@ -147,6 +147,8 @@ pub struct ProxyDraft {
     pub tcp_check_inherited: bool,
     /// A `tcp-check comment` waiting for the rule it describes.
     pub tcp_check_comment: Option<String>,
+    /// `load-server-state-from-file global` (true) or `none` (false, the default).
+    pub load_server_state: bool,
 }
 
 impl ProxyDraft {
@@ -172,6 +174,7 @@ impl ProxyDraft {
             tcp_check_rules: Vec::new(),
             tcp_check_inherited: false,
             tcp_check_comment: None,
+            load_server_state: false,
         }
     }
 }
@@ -344,6 +347,8 @@ const GLOBAL_KEYWORDS: &[&str] = &[
     "tune.sched.low-latency",
     "log",
     "daemon",
+    "server-state-file",
+    "server-state-base",
 ];
 
 // Capability bits of proxy keywords.
@@ -369,6 +374,7 @@ const PROXY_KEYWORDS: &[(&str, u8)] = &[
     ("log", ALL),
     ("no", ALL),
     ("tcp-check", DEF | BE),
+    ("load-server-state-from-file", DEF | BE),
 ];
 
 /// HAProxy proxy keywords that only make sense for HTTP.
@@ -977,6 +983,24 @@ impl<'e> Parser<'e> {
                     "parsing [{loc}] : 'daemon' ignored: shunt always runs in the foreground."
                 ));
             }
+            "server-state-file" | "server-state-base" => {
+                let slot = if kw == "server-state-file" {
+                    &mut g.server_state.file
+                } else {
+                    &mut g.server_state.base
+                };
+                if slot.is_some() {
+                    return Err(format!("'{kw}' already specified."));
+                }
+                let v = val.filter(|v| !v.is_empty()).ok_or_else(|| {
+                    if kw == "server-state-file" {
+                        format!("'{kw}' expect one argument: a file path.")
+                    } else {
+                        format!("'{kw}' expects one argument: a directory path.")
+                    }
+                })?;
+                *slot = Some(v.into());
+            }
             "nbproc" => {
                 return Err("nbproc is not supported any more since HAProxy 2.5. Threads will automatically be used on multi-processor machines if available.".to_string());
             }
@@ -1259,6 +1283,24 @@ fn proxy_line(
         "default-server" => {
             server_keywords(&args[1..], "default-server", &mut d.default_server, None)
                 .map_err(|e| format!("'default-server' : {e}"))
+        }
+        "load-server-state-from-file" => {
+            d.load_server_state = match val {
+                Some("global") => true,
+                Some("none") => false,
+                Some("local") => {
+                    return Err(format!(
+                        "'{kw} local' is not supported by shunt (use 'global' and 'server-state-file')."
+                    ))
+                }
+                other => {
+                    return Err(format!(
+                        "'{kw}' expects 'global', 'local' or 'none'. Got '{}'",
+                        other.unwrap_or("")
+                    ))
+                }
+            };
+            no_extra(args, 2, kw)
         }
         _ => unreachable_keyword(kw),
     }

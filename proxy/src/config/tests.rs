@@ -1647,3 +1647,36 @@ fn tcp_check_errors() {
         "parsing [t.cfg:8] : 'option tcp-check' not allowed because frontend 'fe' has no backend capability."
     );
 }
+
+#[test]
+fn server_state_file_keywords() {
+    let c = ok(&format!(
+        "global\n server-state-base /var/lib/shunt\n server-state-file st\n{DEFAULTS} load-server-state-from-file global\nbackend a\n server s1 127.0.0.1:80\nbackend b\n load-server-state-from-file none\n server s1 127.0.0.1:80\n"
+    ))
+    .config;
+    let ss = &c.global.server_state;
+    assert_eq!(
+        ss.backends,
+        vec!["a".to_string()],
+        "inherited from defaults, 'none' wins"
+    );
+    assert_eq!(ss.path(), Some("/var/lib/shunt/st".into()));
+    let abs = ok("global\n server-state-base /x\n server-state-file /abs/st\n").config;
+    assert_eq!(abs.global.server_state.path(), Some("/abs/st".into()));
+    assert!(err1("global\n server-state-file\n")
+        .contains("'server-state-file' expect one argument: a file path."));
+    assert!(err1("global\n server-state-file a\n server-state-file b\n")
+        .contains("'server-state-file' already specified."));
+    assert!(err1(&format!(
+        "{DEFAULTS}backend b\n load-server-state-from-file maybe\n"
+    ))
+    .contains("'load-server-state-from-file' expects 'global', 'local' or 'none'. Got 'maybe'"));
+    assert!(err1(&format!(
+        "{DEFAULTS}backend b\n load-server-state-from-file local\n"
+    ))
+    .contains("not supported by shunt"));
+    assert!(err1(&format!(
+        "{DEFAULTS}frontend f\n bind :1\n load-server-state-from-file global\n"
+    ))
+    .contains("'load-server-state-from-file' not allowed"));
+}

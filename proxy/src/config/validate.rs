@@ -32,6 +32,9 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
         if d.kind.be() {
             own_backend[i] = Some(backends.len());
             backends.push(make_backend(d, proxy_id(i), &mut errors));
+            if d.load_server_state {
+                global.server_state.backends.push(d.name.clone());
+            }
         }
     }
     let find = |name: &str| backends.iter().position(|b: &Backend| b.name == name);

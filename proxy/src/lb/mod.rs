@@ -24,7 +24,7 @@ mod source;
 mod static_rr;
 
 pub use backend::{AcquireError, BackendRt, Slot};
-pub use server::{ServerRt, MAX_WEIGHT};
+pub use server::{ProbeTargets, ServerRt, MAX_WEIGHT};
 
 #[cfg(test)]
 mod tests;

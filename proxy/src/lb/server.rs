@@ -15,10 +15,14 @@
 //!   and connections already made keep the one they were made with.
 //! - health-check state (the fields after `queue_max`) is written by the server's
 //!   check tasks (`crate::checks`); `health` stays within `0..rise + fall`.
+//! - the live-management state (the fields after `report`) is written by the CLI
+//!   (`set server B/S health|agent|check-port|agent-*`, `enable|disable health|agent`)
+//!   and the server-state file; the check tasks read the probe targets at each probe,
+//!   so a change applies from the next check on.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::checks::Status;
@@ -94,6 +98,30 @@ pub struct ServerRt {
     /// read it yet (`maxconn` becomes runtime-settable in another change).
     agent_maxconn: AtomicUsize,
     report: Mutex<CheckReport>,
+    // ---- live management (CLI, server-state file) ----
+    /// `set server B/S health stopping`: up, but takes no new traffic (HAProxy's
+    /// SRV_ST_STOPPING, shown as `NOLB`). Cleared by any UP/DOWN transition.
+    stopping: AtomicBool,
+    /// `disable health` / `disable agent`: configured, but the probes pause.
+    check_disabled: AtomicBool,
+    agent_disabled: AtomicBool,
+    /// Where the health check and the agent connect (changed by the CLI).
+    probe: Mutex<ProbeTargets>,
+    /// Bumped by every address change, so that anything prepared for the old
+    /// address (a queued connect, a warm spare) can tell it is stale.
+    addr_gen: AtomicU64,
+}
+
+/// Where the checks of one server connect, and what the agent is sent: the
+/// configuration's `addr`, `port`, `agent-addr`, `agent-port`, `agent-send`, as
+/// the CLI may have changed them. `None` = the server's own address or port.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProbeTargets {
+    pub check_addr: Option<IpAddr>,
+    pub check_port: Option<u16>,
+    pub agent_addr: Option<IpAddr>,
+    pub agent_port: Option<u16>,
+    pub agent_send: Arc<[u8]>,
 }
 
 impl ServerRt {
@@ -138,6 +166,23 @@ impl ServerRt {
                 down_since: None,
                 downtime: Duration::ZERO,
             }),
+            stopping: AtomicBool::new(false),
+            check_disabled: AtomicBool::new(false),
+            agent_disabled: AtomicBool::new(false),
+            probe: Mutex::new(ProbeTargets {
+                check_addr: cfg.check.addr.as_deref().and_then(|a| a.parse().ok()),
+                check_port: cfg.check.port,
+                agent_addr: cfg.check.agent_addr.as_deref().and_then(|a| a.parse().ok()),
+                agent_port: cfg.check.agent_port,
+                agent_send: cfg
+                    .check
+                    .agent_send
+                    .as_deref()
+                    .unwrap_or_default()
+                    .as_bytes()
+                    .into(),
+            }),
+            addr_gen: AtomicU64::new(0),
         }
     }
 
@@ -146,9 +191,17 @@ impl ServerRt {
         **self.addr.load()
     }
 
-    /// Send the next connections to `addr` (open ones are not disturbed).
+    /// Send the next connections to `addr` (open ones are not disturbed) and
+    /// bump [`Self::addr_gen`].
     pub fn set_addr(&self, addr: SocketAddr) {
-        self.addr.store(std::sync::Arc::new(addr));
+        self.addr.store(Arc::new(addr));
+        self.addr_gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// How many times the address changed: a connection prepared under another
+    /// value was made for an old address and must not be used.
+    pub fn addr_gen(&self) -> u64 {
+        self.addr_gen.load(Ordering::Acquire)
     }
 
     /// Concurrent connection limit; 0 = unlimited.
@@ -221,9 +274,13 @@ impl ServerRt {
         self.queue_max.load(Ordering::Relaxed)
     }
 
-    /// May take new traffic: healthy, not in maintenance, weight above 0.
+    /// May take new traffic: healthy, not in maintenance nor stopping, weight above 0.
     pub fn usable(&self) -> bool {
-        self.is_up() && !self.is_maint() && self.weight() > 0 && !self.is_agent_drain()
+        self.is_up()
+            && !self.is_maint()
+            && self.weight() > 0
+            && !self.is_agent_drain()
+            && !self.is_stopping()
     }
 
     /// Below its maxconn (always true when maxconn is 0).
@@ -279,13 +336,23 @@ impl ServerRt {
 
     // ---- health and agent checks ----
 
-    /// `check` is configured on this server.
+    /// `check` is configured on this server and not disabled (`disable health`).
     pub fn checked(&self) -> bool {
+        self.checked && !self.check_disabled.load(Ordering::Relaxed)
+    }
+
+    /// `agent-check` is configured on this server and not disabled (`disable agent`).
+    pub fn agent_enabled(&self) -> bool {
+        self.agent && !self.agent_disabled.load(Ordering::Relaxed)
+    }
+
+    /// `check` is configured (whether or not disabled now).
+    pub fn check_configured(&self) -> bool {
         self.checked
     }
 
-    /// `agent-check` is configured on this server.
-    pub fn agent_enabled(&self) -> bool {
+    /// `agent-check` is configured (whether or not disabled now).
+    pub fn agent_configured(&self) -> bool {
         self.agent
     }
 
@@ -386,6 +453,7 @@ impl ServerRt {
             r.down_since = Some(now);
             self.chkdown.fetch_add(1, Ordering::Relaxed);
         }
+        self.set_stopping(false);
         self.set_up(up);
         true
     }
@@ -397,5 +465,39 @@ impl ServerRt {
             + r.down_since.map_or(Duration::ZERO, |s| {
                 Instant::now().saturating_duration_since(s)
             })
+    }
+
+    // ---- live management ----
+
+    /// Up but taking no new traffic (`set server B/S health stopping`).
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
+    pub fn set_stopping(&self, on: bool) {
+        self.stopping.store(on, Ordering::Relaxed);
+    }
+
+    /// Enable or pause the health checks (no effect on an unchecked server).
+    pub fn set_check_enabled(&self, on: bool) {
+        self.check_disabled.store(!on, Ordering::Relaxed);
+    }
+
+    /// Enable or pause the agent (no effect without `agent-check`).
+    pub fn set_agent_enabled(&self, on: bool) {
+        self.agent_disabled.store(!on, Ordering::Relaxed);
+    }
+
+    /// A copy of where the checks connect now.
+    pub fn probe_targets(&self) -> ProbeTargets {
+        self.probe
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Change where the checks connect; the next probe uses the new values.
+    pub fn update_probe_targets(&self, f: impl FnOnce(&mut ProbeTargets)) {
+        f(&mut self.probe.lock().unwrap_or_else(PoisonError::into_inner));
     }
 }
