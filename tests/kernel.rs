@@ -505,25 +505,26 @@ fn no_leaks_after_10000_flows() {
 #[test]
 fn timeouts_apply_to_kernel_forwarded_flows() {
     let server = Server::echo();
-    let Some((shunt, addr)) = start(&[server.addr], "", "    timeout tunnel 1s\n") else {
+    let Some((shunt, addr)) = start(&[server.addr], "", "    timeout tunnel 2s\n") else {
         return;
     };
-    // Active: a round trip every 300 ms for 3 s keeps the flow open.
+    // Active: a round trip every 200 ms for 2 s keeps the flow open (a wide margin
+    // to the 2 s timeout, so a loaded machine's scheduling delays do not matter).
     let mut c = connect(addr);
     c.set_read_timeout(Some(Duration::from_secs(5))).expect("t");
     for i in 0..10u8 {
         c.write_all(&[i; 100]).expect("send");
         let mut b = [0u8; 100];
         c.read_exact(&mut b).expect("active flow stays open");
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(200));
     }
-    // Idle: closed about 1 s after the last activity.
+    // Idle: closed about 2 s after the last activity.
     let t0 = Instant::now();
     let r = c.read(&mut [0u8; 1]);
     let waited = t0.elapsed();
     assert!(matches!(r, Ok(0) | Err(_)), "idle flow closed, got {r:?}");
     assert!(
-        waited >= Duration::from_millis(500) && waited < Duration::from_secs(4),
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(6),
         "closed after the tunnel timeout, waited {waited:?}"
     );
     assert_mode(&shunt.sock(), "sockmap");

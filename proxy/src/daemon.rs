@@ -65,6 +65,10 @@ pub enum DaemonError {
     Cli(#[from] crate::cli::CliError),
     #[error(transparent)]
     Reload(#[from] crate::reload::ReloadError),
+    #[error(transparent)]
+    Log(#[from] crate::log::LogError),
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
 }
 
 /// Process phase, broadcast to every worker.
@@ -430,7 +434,11 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     // Stats sockets: bound before dropping privileges; files removed when this drops.
     let mut cli_sockets = crate::cli::Sockets::bind(&config)?;
     let _pidfile = PidFile::create(config.global.pidfile.as_ref())?;
+    // The exporter's port may be privileged: bound now, served after the drop.
+    let prometheus = crate::metrics::bind(&config)?;
     drop_privileges(&config)?;
+    // Threads started after the drop hold no capability.
+    crate::log::start(&config)?;
 
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
     let state = Arc::new(State {
@@ -450,6 +458,9 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     });
     // Before any worker starts: the first checks and flows see the restored state.
     crate::checks::state_file::load(&state);
+    if let Some(l) = prometheus {
+        crate::metrics::serve(l, state.clone())?;
+    }
     tracing::info!(nbthread, mode = ?forward_mode, "shunt started");
 
     let mut threads = Vec::with_capacity(nbthread);

@@ -16,6 +16,8 @@ use crate::config::{Backend, ForwardMode, Frontend, UseBackend};
 use crate::daemon::State;
 use crate::handoff::{self, End, FlowTimeouts, Meter, Mode};
 use crate::lb::AcquireError;
+use crate::log::format::{Cause, Phase as LogPhase};
+use crate::log::FlowGuard;
 use crate::stats::{flows, Counters, Event};
 
 /// Upper bound on HAProxy's turn-around delay between two connection attempts.
@@ -202,14 +204,19 @@ pub fn mode_name(m: Mode) -> &'static str {
 pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: SocketAddr, flow: u64) {
     let fe = &state.config.frontends[fe_idx];
     let fe_ctr = &state.stats.frontends[fe_idx];
+    // The traffic log line, emitted when this drops: declared first so that it
+    // drops last, after the gauges below (HAProxy's end-of-flow counts).
+    let mut log = FlowGuard::new(&state, fe_idx, peer, client.local_addr().ok());
     fe_ctr.event(Event::Session);
     let _fe_open = Open::new(fe_ctr);
 
     let Some(be_idx) = route(&state, fe, peer, &client).await else {
         tracing::debug!(frontend = %fe.name, %peer, "no backend to route to; closing");
         fe_ctr.event(Event::Denied);
+        log.end_at(Cause::Proxy, LogPhase::Request);
         return;
     };
+    log.routed(be_idx);
     let be = &state.config.backends[be_idx];
     let be_rt = &state.backends[be_idx];
     let be_ctr = &state.stats.backends[be_idx];
@@ -236,6 +243,16 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
                             be_ctr.event(Event::Denied)
                         }
                     }
+                    log.end_at(
+                        match e {
+                            AcquireError::QueueTimeout => Cause::ServerTimeout,
+                            _ => Cause::ServerAbort,
+                        },
+                        match e {
+                            AcquireError::NoServer => LogPhase::Connect,
+                            _ => LogPhase::Queue,
+                        },
+                    );
                     tracing::debug!(backend = %be.name, %peer, error = %e, "no server for flow");
                     return;
                 }
@@ -243,8 +260,10 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
         };
         let srv_idx = s.index();
         let srv_ctr = &state.stats.servers[be_idx][srv_idx];
+        log.assigned(srv_idx);
         match connect(s.server().addr(), be.timeouts.connect).await {
             Ok(conn) => {
+                log.connected(conn.peer_addr().ok(), conn.local_addr().ok());
                 srv_ctr.event(Event::Session);
                 server = Some(conn);
                 slot = Some(s);
@@ -254,9 +273,15 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
                 be_ctr.event(Event::ConnError);
                 tracing::debug!(backend = %be.name, server = %s.server().name, error = %e, "connect failed");
                 if attempts_left == 0 {
+                    log.end(if e.kind() == std::io::ErrorKind::TimedOut {
+                        Cause::ServerTimeout
+                    } else {
+                        Cause::ServerAbort
+                    });
                     return;
                 }
                 attempts_left -= 1;
+                log.retried(attempts_left == 0 && be.redispatch && be_rt.servers.len() > 1);
                 srv_ctr.event(Event::Retry);
                 be_ctr.event(Event::Retry);
                 if attempts_left == 0 && be.redispatch && be_rt.servers.len() > 1 {
@@ -311,6 +336,13 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
         Mode::Copy => 2,
     };
     state.flows_by_mode[mode_idx].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    crate::metrics::flow_done(mode_idx, out.to_server + out.to_client);
+    log.forwarded(
+        out.to_server,
+        out.to_client,
+        mode_name(out.mode),
+        crate::log::cause_of(&out.end),
+    );
     match &out.end {
         End::Done => {}
         End::ClientReset => {

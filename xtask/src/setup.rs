@@ -21,7 +21,8 @@ use crate::proc;
 /// the `cli_clients` test; pip installs haproxyadmin), strace (the CLI write-count test);
 /// for `cargo xtask bench`: nginx and libnginx-mod-stream (the nginx stream peer),
 /// redis-tools (redis-benchmark), sysstat (mpstat/pidstat to watch a run by hand) and
-/// fonts-dejavu-core (the font of the PNG charts).
+/// fonts-dejavu-core (the font of the PNG charts); rsyslog (the real syslog server the
+/// `logs` test sends traffic logs to over UDP and TCP).
 pub const DEBIAN_PACKAGES: &[&str] = &[
     "haproxy",
     "hatop",
@@ -40,6 +41,7 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "redis-tools",
     "sysstat",
     "fonts-dejavu-core",
+    "rsyslog",
 ];
 
 /// The nightly toolchain builds the eBPF object (bpfel-unknown-none needs core from source).
@@ -50,8 +52,12 @@ const NIGHTLY_COMPONENTS: &[&str] = &["rust-src", "llvm-tools"];
 const STABLE_COMPONENTS: &[&str] = &["rustfmt", "clippy"];
 
 /// Python packages the tests use, as (pip name, module to import):
-/// haproxyadmin (a real stats-socket client of the `cli_clients` test).
-pub const PIP_PACKAGES: &[(&str, &str)] = &[("haproxyadmin", "haproxyadmin")];
+/// haproxyadmin (a real stats-socket client of the `cli_clients` test), prometheus_client
+/// (the reference OpenMetrics parser of the `metrics` test).
+pub const PIP_PACKAGES: &[(&str, &str)] = &[
+    ("haproxyadmin", "haproxyadmin"),
+    ("prometheus_client", "prometheus_client"),
+];
 
 /// Everything: toolchain, then Debian packages, then Python packages.
 pub fn all() -> Result<()> {

@@ -68,11 +68,80 @@ pub enum CliLevel {
     Admin,
 }
 
-/// A `log` line (parsed now, used by the logging issue).
+pub use crate::log::format::LogFormat;
+pub use crate::log::syslog::SyslogFormat;
+
+/// Where a `log` line sends its messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogDest {
+    /// `ADDR[:PORT]` (`udp@`, `ipv4@`, `ipv6@` prefixes accepted), port 514 by default.
+    Udp(SocketAddr),
+    /// `ring@NAME`: the `ring` section NAME, which forwards over TCP.
+    Ring(String),
+    Stderr,
+    Stdout,
+    /// A UNIX datagram socket path (`/dev/log`, `unix@PATH`).
+    Unix(PathBuf),
+}
+
+/// A `log` line: `log TARGET [len N] [format F] FACILITY [LEVEL [MINLEVEL]]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogTarget {
-    /// The raw words after `log`, e.g. `["127.0.0.1:514", "local0", "info"]`.
-    pub args: Vec<String>,
+    pub dest: LogDest,
+    /// `len`: longer lines are truncated (default 1024).
+    pub maxlen: usize,
+    pub format: SyslogFormat,
+    pub facility: u8,
+    /// Messages less severe than this are not sent (default `debug`: all).
+    pub level: u8,
+    /// Messages more severe than this are sent at this level (default `emerg`: unchanged).
+    pub minlevel: u8,
+}
+
+/// `log-proto` of a ring server: RFC 6587 framing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogProto {
+    /// Non-transparent framing: each message ends with a newline.
+    #[default]
+    Legacy,
+    /// Octet counting: `LEN SP MSG`.
+    OctetCount,
+}
+
+/// A `server` line of a `ring` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingServer {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub proto: LogProto,
+}
+
+/// A `ring NAME` section: a bounded buffer of log messages forwarded over TCP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ring {
+    pub name: String,
+    pub format: SyslogFormat,
+    /// `maxlen`: messages are truncated to this (default 1024).
+    pub maxlen: usize,
+    /// `size`: bytes of messages the ring holds while the servers lag (default 16384).
+    pub size: usize,
+    pub timeout_connect: Duration,
+    pub timeout_server: Duration,
+    pub servers: Vec<RingServer>,
+    pub line: Location,
+}
+
+/// What one frontend logs about its flows: its targets (own lines, plus the
+/// global ones with `log global`) and the line format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyLog {
+    pub targets: Vec<LogTarget>,
+    /// The line: `log-format`, else `option tcplog`, else HAProxy's "Connect from".
+    pub format: LogFormat,
+    /// The line is logged when the flow is accepted (the default format), not at its end.
+    pub at_accept: bool,
+    /// `option dontlognull`: no line for a flow whose client sent nothing.
+    pub dontlognull: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -108,6 +177,13 @@ pub struct Global {
     pub logs: Vec<LogTarget>,
     /// `server-state-file`, `server-state-base` and the backends that load it.
     pub server_state: ServerStateConfig,
+    /// `ring` sections, in declaration order.
+    pub rings: Vec<Ring>,
+    /// Per frontend (indexed like [`Config::frontends`]): its traffic log settings.
+    /// Kept here rather than in [`Frontend`] so the proxies' shape stays stable.
+    pub traffic_logs: Vec<ProxyLog>,
+    /// `stats prometheus bind ADDR:PORT`: where the Prometheus exporter listens.
+    pub prometheus: Option<SocketAddr>,
 }
 
 /// HAProxy's server-state file: `show servers state` saved by the operator, read
@@ -158,6 +234,9 @@ impl Default for Global {
             sched_low_latency: false,
             logs: Vec::new(),
             server_state: ServerStateConfig::default(),
+            rings: Vec::new(),
+            traffic_logs: Vec::new(),
+            prometheus: None,
         }
     }
 }

@@ -133,6 +133,12 @@ pub struct ProxyDraft {
     pub redispatch: bool,
     pub splice: SpliceOpts,
     pub log_global: bool,
+    /// Own `log` lines.
+    pub logs: Vec<LogTarget>,
+    /// `option tcplog`, `option dontlognull`, `log-format`.
+    pub tcplog: bool,
+    pub dontlognull: bool,
+    pub log_format: Option<LogFormat>,
     pub default_backend: Option<(String, Location)>,
     pub use_backends: Vec<(UseBackendDraft, Location)>,
     pub binds: Vec<(SocketAddr, Location)>,
@@ -165,6 +171,10 @@ impl ProxyDraft {
             redispatch: false,
             splice: SpliceOpts::default(),
             log_global: false,
+            logs: Vec::new(),
+            tcplog: false,
+            dontlognull: false,
+            log_format: None,
             default_backend: None,
             use_backends: Vec::new(),
             binds: Vec::new(),
@@ -301,6 +311,8 @@ enum Section {
     Proxy(usize),
     /// A section shunt does not support; its lines are skipped (one error was reported).
     Unsupported,
+    /// A `ring` section (index into [`Global::rings`]).
+    Ring(usize),
 }
 
 /// Everything parsed so far, across all files.
@@ -316,7 +328,9 @@ pub struct Parser<'e> {
     env: &'e dyn Fn(&str) -> Option<String>,
 }
 
-const SECTIONS: &[&str] = &["global", "defaults", "frontend", "backend", "listen"];
+const SECTIONS: &[&str] = &[
+    "global", "defaults", "frontend", "backend", "listen", "ring",
+];
 
 /// HAProxy sections shunt knows about but does not implement.
 const UNSUPPORTED_SECTIONS: &[&str] = &[
@@ -326,7 +340,6 @@ const UNSUPPORTED_SECTIONS: &[&str] = &[
     "mailers",
     "program",
     "http-errors",
-    "ring",
     "cache",
     "fcgi-app",
 ];
@@ -373,6 +386,7 @@ const PROXY_KEYWORDS: &[(&str, u8)] = &[
     ("option", ALL),
     ("log", ALL),
     ("no", ALL),
+    ("log-format", DEF | FE),
     ("tcp-check", DEF | BE),
     ("load-server-state-from-file", DEF | BE),
 ];
@@ -732,6 +746,7 @@ impl<'e> Parser<'e> {
             "frontend" => self.start_proxy(Kind::Frontend, args, loc),
             "backend" => self.start_proxy(Kind::Backend, args, loc),
             "listen" => self.start_proxy(Kind::Listen, args, loc),
+            "ring" => self.start_ring(args, loc),
             s if UNSUPPORTED_SECTIONS.contains(&s) => {
                 self.section = Section::Unsupported;
                 self.error(loc, format!("section '{s}' is not supported by shunt."));
@@ -759,8 +774,37 @@ impl<'e> Parser<'e> {
                         self.error(loc, msg);
                     }
                 }
+                Section::Ring(i) => {
+                    if let Err(msg) = ring_line(&mut self.global.rings[i], args) {
+                        self.error(loc, msg);
+                    }
+                }
             },
         }
+    }
+
+    /// `ring NAME`: a new ring with HAProxy's defaults.
+    fn start_ring(&mut self, args: &[String], loc: &Location) {
+        let Some(name) = args.get(1).cloned() else {
+            self.error(loc, "'ring' expects a name.".to_string());
+            self.section = Section::Unsupported;
+            return;
+        };
+        if let Some(prev) = self.global.rings.iter().find(|r| r.name == name) {
+            let msg = format!("sink '{name}' already exists (declared at {}).", prev.line);
+            self.error(loc, msg);
+        }
+        self.global.rings.push(Ring {
+            name,
+            format: SyslogFormat::Raw,
+            maxlen: crate::log::syslog::DEFAULT_MAXLEN,
+            size: DEFAULT_RING_SIZE,
+            timeout_connect: DEFAULT_RING_TIMEOUT_CONNECT,
+            timeout_server: DEFAULT_RING_TIMEOUT_SERVER,
+            servers: Vec::new(),
+            line: loc.clone(),
+        });
+        self.section = Section::Ring(self.global.rings.len() - 1);
     }
 
     /// Finds the last defaults section named `name`.
@@ -971,9 +1015,7 @@ impl<'e> Parser<'e> {
                 if args.len() < 3 {
                     return Err("log : expects <address> and <facility> as arguments".to_string());
                 }
-                g.logs.push(LogTarget {
-                    args: args[1..].to_vec(),
-                });
+                g.logs.push(log_target(&args[1..])?);
                 used = args.len();
             }
             "stats" => used = stats_line(g, args)?,
@@ -1011,6 +1053,197 @@ impl<'e> Parser<'e> {
             }
         }
         no_extra(args, used, kw)
+    }
+}
+
+/// `size` of a ring when not configured (HAProxy's BUFSIZE).
+pub const DEFAULT_RING_SIZE: usize = 16_384;
+/// Bounds of a ring's `size`: one message must fit; beyond 64 MiB it is no longer a buffer.
+pub const MIN_RING_SIZE: u64 = 1024;
+pub const MAX_RING_SIZE: u64 = 64 << 20;
+/// A ring's `timeout connect` when not configured.
+pub const DEFAULT_RING_TIMEOUT_CONNECT: Duration = Duration::from_secs(1);
+/// A ring's `timeout server` when not configured: a write stalled this long
+/// drops the connection (and the ring reconnects).
+pub const DEFAULT_RING_TIMEOUT_SERVER: Duration = Duration::from_secs(5);
+/// Default syslog port of a `log ADDR` without one.
+pub const SYSLOG_PORT: u16 = 514;
+
+/// The words after `log` (global or proxy): `TARGET [len N] [format F] FACILITY [LEVEL [MINLEVEL]]`.
+pub fn log_target(words: &[String]) -> Result<LogTarget, String> {
+    use crate::log::syslog::{facility, level, MAX_MAXLEN, MIN_MAXLEN};
+    let Some(target) = words.first() else {
+        return Err("log : expects <address> and <facility> as arguments".to_string());
+    };
+    let dest = match target.as_str() {
+        "stderr" | "fd@2" => LogDest::Stderr,
+        "stdout" | "fd@1" => LogDest::Stdout,
+        t if t.starts_with("ring@") => LogDest::Ring(t["ring@".len()..].to_string()),
+        t if t.starts_with('/') || t.starts_with("unix@") => {
+            LogDest::Unix(t.strip_prefix("unix@").unwrap_or(t).into())
+        }
+        t if t.starts_with("tcp@") => {
+            return Err(format!(
+                "log : '{t}' : TCP targets go through a 'ring' section in shunt (log ring@<name>)."
+            ))
+        }
+        t => {
+            let a = t
+                .strip_prefix("udp@")
+                .or_else(|| t.strip_prefix("ipv4@"))
+                .or_else(|| t.strip_prefix("ipv6@"))
+                .unwrap_or(t);
+            // An address without a port: the syslog port (IPv6 needs brackets then).
+            let with_port = match parse_addr(a, false) {
+                Ok(v) => v,
+                Err(_) if a.parse::<IpAddr>().is_ok() => {
+                    vec![SocketAddr::new(
+                        a.parse().map_err(|_| String::new())?,
+                        SYSLOG_PORT,
+                    )]
+                }
+                Err(e) => return Err(format!("log : {e}")),
+            };
+            match with_port.first() {
+                Some(sa) if sa.port() == 0 => LogDest::Udp(SocketAddr::new(sa.ip(), SYSLOG_PORT)),
+                Some(sa) => LogDest::Udp(*sa),
+                None => return Err(format!("log : invalid address '{t}'")),
+            }
+        }
+    };
+    let mut t = LogTarget {
+        dest,
+        maxlen: crate::log::syslog::DEFAULT_MAXLEN,
+        format: SyslogFormat::default(),
+        facility: 0,
+        level: 7,
+        minlevel: 0,
+    };
+    let mut i = 1;
+    loop {
+        match words.get(i).map(String::as_str) {
+            Some("len") => {
+                let n: usize = int_arg(words.get(i + 1).map(String::as_str), "log len")?;
+                t.maxlen = bounded(n, MIN_MAXLEN, MAX_MAXLEN, "log len")?;
+                i += 2;
+            }
+            Some("format") => {
+                let f = words.get(i + 1).map(String::as_str).unwrap_or("");
+                t.format = SyslogFormat::parse(f).ok_or_else(|| {
+                    format!("log : unknown log format '{f}' (shunt supports rfc3164, rfc5424, short and raw)")
+                })?;
+                i += 2;
+            }
+            Some("sample") => return Err("log : 'sample' is not supported by shunt.".to_string()),
+            _ => break,
+        }
+    }
+    let fac = words
+        .get(i)
+        .ok_or_else(|| "log : expects <address> and <facility> as arguments".to_string())?;
+    t.facility = facility(fac).ok_or_else(|| format!("log : unknown facility '{fac}'"))?;
+    if let Some(l) = words.get(i + 1) {
+        t.level = level(l).ok_or_else(|| format!("log : unknown optional log level '{l}'"))?;
+    }
+    if let Some(l) = words.get(i + 2) {
+        t.minlevel =
+            level(l).ok_or_else(|| format!("log : unknown optional minimum log level '{l}'"))?;
+    }
+    no_extra(words, i + 3, "log")?;
+    Ok(t)
+}
+
+/// One line of a `ring` section.
+fn ring_line(r: &mut Ring, args: &[String]) -> Result<(), String> {
+    let kw = args[0].as_str();
+    let val = args.get(1).map(String::as_str);
+    match kw {
+        "description" => Ok(()),
+        "format" => {
+            let f = val.unwrap_or("");
+            r.format = SyslogFormat::parse(f).ok_or_else(|| {
+                format!(
+                    "unknown ring format '{f}' (shunt supports rfc3164, rfc5424, short and raw)"
+                )
+            })?;
+            no_extra(args, 2, kw)
+        }
+        "maxlen" => {
+            use crate::log::syslog::{MAX_MAXLEN, MIN_MAXLEN};
+            r.maxlen = bounded(int_arg(val, kw)?, MIN_MAXLEN, MAX_MAXLEN, kw)?;
+            no_extra(args, 2, kw)
+        }
+        "size" => {
+            let v = val.ok_or_else(|| "'size' expects a size in bytes.".to_string())?;
+            let n = parse_size(v).map_err(|e| format!("{e} in argument to 'size'."))?;
+            if !(MIN_RING_SIZE..=MAX_RING_SIZE).contains(&n) {
+                return Err(format!(
+                    "'size' value must be between {MIN_RING_SIZE} and {MAX_RING_SIZE} (was {n})"
+                ));
+            }
+            r.size = usize::try_from(n).unwrap_or(DEFAULT_RING_SIZE);
+            no_extra(args, 2, kw)
+        }
+        "timeout" => {
+            let which = val.unwrap_or("");
+            let v = args
+                .get(2)
+                .ok_or_else(|| format!("'timeout {which}' expects a time value."))?;
+            let t = parse_time(v).map_err(|e| format!("{e} in 'timeout {which}'"))?;
+            match which {
+                "connect" => r.timeout_connect = t,
+                "server" => r.timeout_server = t,
+                _ => {
+                    return Err(format!(
+                        "'timeout' in a ring supports 'connect' and 'server' (got '{which}')"
+                    ))
+                }
+            }
+            no_extra(args, 3, "timeout")
+        }
+        "server" => {
+            let (Some(name), Some(addr)) = (args.get(1), args.get(2)) else {
+                return Err("'server' expects <name> and <addr>:<port> as arguments.".to_string());
+            };
+            let a = addr.strip_prefix("tcp@").unwrap_or(addr);
+            let addr = parse_addr(a, false)
+                .map_err(|e| format!("'server {name}' : {e}"))?
+                .into_iter()
+                .next()
+                .filter(|a| a.port() != 0)
+                .ok_or_else(|| format!("'server {name}' : a port is required ({addr})"))?;
+            let mut proto = LogProto::Legacy;
+            let mut i = 3;
+            while i < args.len() {
+                match args[i].as_str() {
+                    "log-proto" => {
+                        proto = match args.get(i + 1).map(String::as_str) {
+                            Some("legacy") => LogProto::Legacy,
+                            Some("octet-count") => LogProto::OctetCount,
+                            other => {
+                                return Err(format!(
+                                    "'log-proto' expects one of 'legacy' or 'octet-count' (got '{}').",
+                                    other.unwrap_or("")
+                                ))
+                            }
+                        };
+                        i += 2;
+                    }
+                    other => {
+                        return Err(format!(
+                            "'server {name}' : unknown keyword '{other}' in a ring (shunt supports 'log-proto')."
+                        ))
+                    }
+                }
+            }
+            r.servers.push(RingServer {
+                name: name.clone(),
+                addr,
+                proto,
+            });
+            Ok(())
+        }
+        _ => Err(format!("unknown keyword '{kw}' in 'ring' section")),
     }
 }
 
@@ -1117,6 +1350,17 @@ fn stats_line(g: &mut Global, args: &[String]) -> Result<usize, String> {
             }
             g.stats_sockets.push(sock);
             Ok(args.len())
+        }
+        "prometheus" => {
+            // `stats prometheus bind ADDR:PORT` (shunt's own: HAProxy serves its
+            // exporter from an HTTP frontend, which shunt does not have).
+            let addr = match (val, args.get(3)) {
+                (Some("bind"), Some(a)) => a,
+                _ => return Err("'stats prometheus' expects 'bind <addr>:<port>'.".to_string()),
+            };
+            let addrs = parse_addr(addr, false).map_err(|e| format!("'stats prometheus' : {e}"))?;
+            g.prometheus = addrs.first().copied();
+            Ok(4)
         }
         other => Err(format!(
             "'stats' only supports 'socket', 'maxconn' and 'timeout' (got '{other}')"
@@ -1263,6 +1507,7 @@ fn proxy_line(
             Some("option") => option_line(d, &args[2..], true),
             Some("log") => {
                 d.log_global = false;
+                d.logs.clear();
                 no_extra(args, 2, "no log")
             }
             _ => Err("'no' is only supported before 'option' and 'log'.".to_string()),
@@ -1275,10 +1520,17 @@ fn proxy_line(
             None => {
                 Err("log : expects <address> and <facility> or global as arguments".to_string())
             }
-            Some(_) => Err(
-                "'log' : only 'log global' is supported in proxy sections by shunt.".to_string(),
-            ),
+            Some(_) => {
+                d.logs.push(log_target(&args[1..])?);
+                Ok(())
+            }
         },
+        "log-format" => {
+            let f = val.ok_or_else(|| "'log-format' expects a format string.".to_string())?;
+            no_extra(args, 2, kw)?;
+            d.log_format = Some(LogFormat::parse(f).map_err(|e| format!("'log-format' : {e}"))?);
+            Ok(())
+        }
         "server" => server_line(d, args, loc),
         "default-server" => {
             server_keywords(&args[1..], "default-server", &mut d.default_server, None)
@@ -1380,8 +1632,9 @@ fn option_line(d: &mut ProxyDraft, words: &[String], negate: bool) -> Result<(),
             check_caps(d, &full, DEF | BE)?;
             d.tcp_check = on;
         }
-        // Accepted for compatibility; logging is configured elsewhere.
-        "tcplog" | "dontlognull" => {}
+        // Backends ignore both (the frontend logs its flows), as HAProxy does.
+        "tcplog" => d.tcplog = on,
+        "dontlognull" => d.dontlognull = on,
         n if n.starts_with("http") || n == "forwardfor" || n == "originalto" => {
             return Err(format!("'{full}' is not supported by shunt (TCP only)."));
         }

@@ -264,7 +264,12 @@ fn global_keywords() {
     assert_eq!(
         g.logs,
         [LogTarget {
-            args: vec!["127.0.0.1:514".into(), "local0".into(), "info".into()]
+            dest: LogDest::Udp("127.0.0.1:514".parse().unwrap()),
+            maxlen: 1024,
+            format: SyslogFormat::Rfc3164,
+            facility: 16,
+            level: 6,
+            minlevel: 0,
         }]
     );
 }
@@ -820,7 +825,11 @@ fn proxy_keyword_errors() {
         ("option redispatch x", "'option redispatch' cannot handle unexpected argument 'x'."),
         ("no foo", "'no' is only supported before 'option' and 'log'."),
         ("log", "log : expects <address> and <facility> or global as arguments"),
-        ("log 127.0.0.1:514 local0", "'log' : only 'log global' is supported in proxy sections by shunt."),
+        ("log 127.0.0.1:514 nofac", "log : unknown facility 'nofac'"),
+        ("log 127.0.0.1:514 len 10 local0", "'log len' value must be between 80 and 65535 (was 10)"),
+        ("log 127.0.0.1 format json local0", "log : unknown log format 'json' (shunt supports rfc3164, rfc5424, short and raw)"),
+        ("log 127.0.0.1 local0 info notice x", "'log' cannot handle unexpected argument 'x'."),
+        ("log-format %zz", "'log-format' not allowed because backend 'be' has no frontend capability."),
         ("http-request deny", "'http-request' is not supported by shunt (TCP only)."),
         ("acl a src 1.2.3.4", "'acl' is not supported by shunt yet (ACLs come later)."),
         ("bind :80", "'bind' not allowed because backend 'be' has no frontend capability."),
@@ -1679,4 +1688,107 @@ fn server_state_file_keywords() {
         "{DEFAULTS}frontend f\n bind :1\n load-server-state-from-file global\n"
     ))
     .contains("'load-server-state-from-file' not allowed"));
+}
+
+#[test]
+fn traffic_logs_rings_and_prometheus() {
+    let c = ok(r#"global
+  log 127.0.0.1:5514 len 200 format rfc5424 local1 notice err
+  log ring@r1 local0
+  stats prometheus bind 127.0.0.1:9101
+ring r1
+  description "to rsyslog"
+  format rfc3164
+  maxlen 512
+  size 32768
+  timeout connect 2s
+  timeout server 3s
+  server syslog 127.0.0.1:6514 log-proto octet-count
+defaults
+  mode tcp
+  timeout client 1s
+  timeout connect 1s
+  timeout server 1s
+frontend tcplog
+  bind 127.0.0.1:20001
+  log global
+  option tcplog
+  option dontlognull
+  default_backend be
+frontend custom
+  bind 127.0.0.1:20002
+  log stderr format raw daemon
+  log-format "%ci %b/%s %ts %fwd"
+  default_backend be
+frontend plain
+  bind 127.0.0.1:20003
+  log stdout local7
+  default_backend be
+frontend silent
+  bind 127.0.0.1:20004
+  default_backend be
+backend be
+  option tcplog
+  server s 127.0.0.1:1
+"#)
+    .config;
+    let g = &c.global;
+    assert_eq!(g.prometheus, Some("127.0.0.1:9101".parse().unwrap()));
+    assert_eq!(
+        g.logs[0],
+        LogTarget {
+            dest: LogDest::Udp("127.0.0.1:5514".parse().unwrap()),
+            maxlen: 200,
+            format: SyslogFormat::Rfc5424,
+            facility: 17,
+            level: 5,
+            minlevel: 3,
+        }
+    );
+    assert_eq!(g.logs[1].dest, LogDest::Ring("r1".into()));
+    assert_eq!(g.logs[1].level, 7);
+    let r = &g.rings[0];
+    assert_eq!((r.name.as_str(), r.maxlen, r.size), ("r1", 512, 32768));
+    assert_eq!(r.format, SyslogFormat::Rfc3164);
+    assert_eq!(r.timeout_connect, Duration::from_secs(2));
+    assert_eq!(r.timeout_server, Duration::from_secs(3));
+    assert_eq!(
+        r.servers,
+        [RingServer {
+            name: "syslog".into(),
+            addr: "127.0.0.1:6514".parse().unwrap(),
+            proto: LogProto::OctetCount,
+        }]
+    );
+    let tl = &g.traffic_logs;
+    assert_eq!(tl.len(), 4);
+    assert_eq!(tl[0].targets, g.logs);
+    assert_eq!(tl[0].format, LogFormat::tcplog());
+    assert!(tl[0].dontlognull && !tl[0].at_accept);
+    assert_eq!(tl[1].targets[0].dest, LogDest::Stderr);
+    assert_eq!(
+        tl[1].format,
+        LogFormat::parse("%ci %b/%s %ts %fwd").unwrap()
+    );
+    assert_eq!(tl[2].format, LogFormat::connect());
+    assert!(tl[2].at_accept);
+    assert_eq!(tl[2].targets[0].facility, 23);
+    assert!(tl[3].targets.is_empty());
+}
+
+#[test]
+fn log_and_ring_errors() {
+    let cases: &[(&str, &str)] = &[
+        ("global\n log ring@nope local0\n", "parsing [global:0] : global section: log: unknown ring 'nope'."),
+        ("ring r\n server s 127.0.0.1\n", "parsing [t.cfg:2] : 'server s' : missing port specification in '127.0.0.1'"),
+        ("ring r\n server s 127.0.0.1:1 log-proto x\n", "parsing [t.cfg:2] : 'log-proto' expects one of 'legacy' or 'octet-count' (got 'x')."),
+        ("ring r\n size 10\n", "parsing [t.cfg:2] : 'size' value must be between 1024 and 67108864 (was 10)"),
+        ("ring r\n bogus\n", "parsing [t.cfg:2] : unknown keyword 'bogus' in 'ring' section"),
+        ("ring r\nring r\n", "parsing [t.cfg:2] : sink 'r' already exists (declared at t.cfg:1)."),
+        ("global\n stats prometheus 1.2.3.4:5\n", "parsing [t.cfg:2] : 'stats prometheus' expects 'bind <addr>:<port>'."),
+        ("global\n log tcp@1.2.3.4:514 local0\n", "parsing [t.cfg:2] : log : 'tcp@1.2.3.4:514' : TCP targets go through a 'ring' section in shunt (log ring@<name>)."),
+    ];
+    for (text, msg) in cases {
+        assert_eq!(err1(text), *msg, "config: {text}");
+    }
 }

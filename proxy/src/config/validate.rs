@@ -123,6 +123,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             }
         }
         errors.extend(map_errors);
+        global.traffic_logs.push(traffic_log(d, &global.logs));
         frontends.push(Frontend {
             name: d.name.clone(),
             id: proxy_id(i),
@@ -145,6 +146,8 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             warnings.push(missing_timeouts_warning(d));
         }
     }
+
+    check_log_rings(&global, &proxies, &mut errors);
 
     if !errors.is_empty() {
         return Err(errors);
@@ -284,4 +287,61 @@ fn load_map(
         entries,
     });
     Ok(maps.len() - 1)
+}
+
+/// A frontend's traffic log settings: own `log` lines plus the global ones with
+/// `log global`; the line from `log-format`, else `option tcplog`, else HAProxy's
+/// "Connect from" line at accept.
+fn traffic_log(d: &ProxyDraft, global_logs: &[LogTarget]) -> ProxyLog {
+    let mut targets = d.logs.clone();
+    if d.log_global {
+        targets.extend(global_logs.iter().cloned());
+    }
+    let (format, at_accept) = match (&d.log_format, d.tcplog) {
+        (Some(f), _) => (f.clone(), false),
+        (None, true) => (LogFormat::tcplog(), false),
+        (None, false) => (LogFormat::connect(), true),
+    };
+    ProxyLog {
+        targets,
+        format,
+        at_accept,
+        dontlognull: d.dontlognull,
+    }
+}
+
+/// Every `log ring@NAME` names a declared ring.
+fn check_log_rings(global: &Global, proxies: &[ProxyDraft], errors: &mut Vec<ConfigError>) {
+    let known = |name: &str| global.rings.iter().any(|r| r.name == name);
+    let mut missing: Vec<(String, String, Location)> = Vec::new();
+    for t in &global.logs {
+        if let LogDest::Ring(n) = &t.dest {
+            if !known(n) {
+                let at = Location {
+                    file: "global".to_string(),
+                    line: 0,
+                };
+                missing.push(("global section".to_string(), n.clone(), at));
+            }
+        }
+    }
+    for d in proxies {
+        for t in &d.logs {
+            if let LogDest::Ring(n) = &t.dest {
+                if !known(n) {
+                    missing.push((
+                        format!("{} '{}'", d.kind.type_str(), d.name),
+                        n.clone(),
+                        d.loc.clone(),
+                    ));
+                }
+            }
+        }
+    }
+    for (who, name, at) in missing {
+        errors.push(ConfigError::Parse {
+            at,
+            msg: format!("{who}: log: unknown ring '{name}'."),
+        });
+    }
 }

@@ -1,0 +1,320 @@
+//! Traffic logs: one line per flow, sent to syslog (UDP, or TCP through a `ring`),
+//! stderr or stdout, as HAProxy's `log` / `option tcplog` / `log-format`.
+//!
+//! Owns the process-wide log system ([`start`]), the per-flow record kept by the
+//! session ([`FlowGuard`]) and the `DroppedLogs` counter ([`dropped`]).
+//!
+//! Logging never blocks forwarding. A worker renders the line and `try_send`s it
+//! into its own bounded queue ([`QUEUE_DEPTH`] lines); a full queue drops the line
+//! and counts it. Everything slow (syscalls, TCP to the log server, reconnects)
+//! happens on the `shunt-log` thread (see [`sender`]), whose own buffers are
+//! bounded too (a ring's `size`): a slow or dead log server costs dropped lines,
+//! never latency on a worker.
+//!
+//! Race window: the log thread starts after the workers may have accepted their
+//! first flow; a worker that logs before [`start`] ran finds no system and its
+//! line is counted as dropped (start-up order in `daemon.rs` makes it unreachable).
+
+pub mod format;
+mod sender;
+pub mod syslog;
+mod time;
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Instant, SystemTime};
+
+use tokio::sync::mpsc;
+
+use crate::config::Config;
+use crate::daemon::State;
+use format::{Cause, FlowLog, Names, Phase};
+
+/// Lines one worker may have waiting for the log thread; more are dropped.
+pub const QUEUE_DEPTH: usize = 4096;
+
+/// Log lines dropped since start (queue full, ring full, send failed).
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+static SYSTEM: OnceLock<System> = OnceLock::new();
+
+thread_local! {
+    /// This worker's queue to the log thread, made on first use.
+    static QUEUE: RefCell<Option<mpsc::Sender<Msg>>> = const { RefCell::new(None) };
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("cannot start the log thread: {0}")]
+    Thread(std::io::Error),
+    #[error("cannot open a UDP socket for the log targets: {0}")]
+    Socket(std::io::Error),
+}
+
+/// One line on its way to the log thread.
+#[derive(Debug)]
+struct Msg {
+    fe: usize,
+    level: u8,
+    at: SystemTime,
+    line: String,
+}
+
+struct System {
+    /// New workers' queues, handed to the log thread.
+    register: mpsc::UnboundedSender<mpsc::Receiver<Msg>>,
+}
+
+/// Log lines dropped since start (`show info` `DroppedLogs`).
+pub fn dropped() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+fn drop_line() {
+    DROPPED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The host name for rfc5424 headers and `%H`.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Start the log thread when any frontend logs. Call once, after privileges were
+/// dropped (the thread must not keep capabilities).
+pub fn start(config: &Arc<Config>) -> Result<(), LogError> {
+    if !config
+        .global
+        .traffic_logs
+        .iter()
+        .any(|l| !l.targets.is_empty())
+    {
+        return Ok(());
+    }
+    let (tx, rx) = mpsc::unbounded_channel();
+    let dests = sender::Dests::open(config, hostname()).map_err(LogError::Socket)?;
+    std::thread::Builder::new()
+        .name("shunt-log".to_string())
+        .spawn(move || sender::run(dests, rx))
+        .map_err(LogError::Thread)?;
+    // A second start (tests) keeps the first system.
+    let _ = SYSTEM.set(System { register: tx });
+    Ok(())
+}
+
+/// Queue `line` of frontend `fe` at `level` from this thread.
+fn emit(fe: usize, level: u8, line: String) {
+    let Some(sys) = SYSTEM.get() else {
+        drop_line();
+        return;
+    };
+    let msg = Msg {
+        fe,
+        level,
+        at: SystemTime::now(),
+        line,
+    };
+    QUEUE.with(|q| {
+        let mut q = q.borrow_mut();
+        let tx = q.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+            let _ = sys.register.send(rx);
+            tx
+        });
+        if tx.try_send(msg).is_err() {
+            drop_line();
+        }
+    });
+}
+
+/// The log record of one flow, emitted when it drops (every exit path of the
+/// session, including a hard stop that cancels the flow: `K` then).
+pub struct FlowGuard {
+    inner: Option<Inner>,
+}
+
+struct Inner {
+    state: Arc<State>,
+    rec: FlowLog,
+    start: Instant,
+    /// When the flow started waiting for a server slot / connecting.
+    mark: Instant,
+}
+
+impl FlowGuard {
+    /// A record for a flow accepted on `fe`; inert when that frontend logs nothing.
+    /// With the default format, the "Connect from" line is emitted now.
+    pub fn new(state: &Arc<State>, fe: usize, peer: SocketAddr, local: Option<SocketAddr>) -> Self {
+        let Some(pl) = state.config.global.traffic_logs.get(fe) else {
+            return Self { inner: None };
+        };
+        if pl.targets.is_empty() {
+            return Self { inner: None };
+        }
+        let mut rec = FlowLog::new(fe, peer, local);
+        rec.cause = Cause::Killed;
+        let now = Instant::now();
+        let inner = Inner {
+            state: state.clone(),
+            rec,
+            start: now,
+            mark: now,
+        };
+        if pl.at_accept {
+            inner.send();
+            return Self { inner: None };
+        }
+        Self { inner: Some(inner) }
+    }
+
+    fn with(&mut self, f: impl FnOnce(&mut Inner)) {
+        if let Some(i) = self.inner.as_mut() {
+            f(i);
+        }
+    }
+
+    /// The flow was routed to backend `be` and waits for a server slot.
+    pub fn routed(&mut self, be: usize) {
+        self.with(|i| {
+            i.rec.be = Some(be);
+            i.rec.phase = Phase::Queue;
+            i.mark = Instant::now();
+        });
+    }
+
+    /// A server slot was granted: queueing is over, connecting starts.
+    pub fn assigned(&mut self, srv: usize) {
+        self.with(|i| {
+            if i.rec.tw < 0 {
+                i.rec.tw = ms(i.mark.elapsed());
+                i.mark = Instant::now();
+            }
+            i.rec.srv = Some(srv);
+            i.rec.phase = Phase::Connect;
+        });
+    }
+
+    /// A connection attempt failed and another one follows.
+    pub fn retried(&mut self, redispatched: bool) {
+        self.with(|i| {
+            i.rec.retries += 1;
+            i.rec.redispatched |= redispatched;
+        });
+    }
+
+    /// Connected to the server: data phase.
+    pub fn connected(&mut self, server: Option<SocketAddr>, local: Option<SocketAddr>) {
+        self.with(|i| {
+            i.rec.tc = ms(i.mark.elapsed());
+            i.rec.server_addr = server;
+            i.rec.backend_addr = local;
+            i.rec.phase = Phase::Data;
+        });
+    }
+
+    /// The flow ended with `cause` in its current phase.
+    pub fn end(&mut self, cause: Cause) {
+        self.with(|i| i.rec.cause = cause);
+    }
+
+    /// The flow ended with `cause` in `phase`.
+    pub fn end_at(&mut self, cause: Cause, phase: Phase) {
+        self.with(|i| {
+            i.rec.cause = cause;
+            i.rec.phase = phase;
+        });
+    }
+
+    /// The data phase ended: bytes each way and the mode used.
+    pub fn forwarded(&mut self, up: u64, down: u64, mode: &'static str, cause: Cause) {
+        self.with(|i| {
+            i.rec.bytes_up = up;
+            i.rec.bytes_down = down;
+            i.rec.mode = Some(mode);
+            i.rec.cause = cause;
+            if cause == Cause::Normal {
+                i.rec.phase = Phase::Closed;
+            }
+        });
+    }
+}
+
+fn ms(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Inner {
+    /// Render and queue the line (gauges read now, minus this flow as HAProxy's
+    /// end-of-flow lines show them).
+    fn send(&self) {
+        let st = &self.state;
+        let cfg = &st.config;
+        let fe = self.rec.fe;
+        let Some(pl) = cfg.global.traffic_logs.get(fe) else {
+            return;
+        };
+        if pl.dontlognull && !pl.at_accept && self.rec.bytes_up == 0 {
+            return;
+        }
+        let mut rec = self.rec.clone();
+        if !pl.at_accept {
+            rec.tt = ms(self.start.elapsed());
+        }
+        // This flow still holds the process gauge (released after the session).
+        rec.actconn = st
+            .conns
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .saturating_sub(1);
+        rec.feconn = st.stats.frontends.get(fe).map_or(0, |c| c.scur());
+        if let Some(be) = rec.be {
+            rec.beconn = st.stats.backends.get(be).map_or(0, |c| c.scur());
+            if let Some(srv) = rec.srv {
+                rec.srvconn = st
+                    .stats
+                    .servers
+                    .get(be)
+                    .and_then(|v| v.get(srv))
+                    .map_or(0, |c| c.scur());
+            }
+        }
+        let backend = rec.be.and_then(|b| cfg.backends.get(b));
+        let hostname = sender::HOSTNAME.get().map_or("", String::as_str);
+        let names = Names {
+            frontend: cfg.frontends.get(fe).map_or("", |f| f.name.as_str()),
+            backend: backend.map(|b| b.name.as_str()),
+            server: rec
+                .srv
+                .and_then(|s| backend.and_then(|b| b.servers.get(s)))
+                .map(|s| s.name.as_str()),
+            hostname,
+        };
+        let mut line = String::with_capacity(160);
+        pl.format.render(&rec, &names, &mut line);
+        emit(fe, syslog::LEVEL_INFO, line);
+    }
+}
+
+impl Drop for FlowGuard {
+    fn drop(&mut self) {
+        if let Some(i) = self.inner.take() {
+            i.send();
+        }
+    }
+}
+
+/// Map a forwarding end to the `%ts` cause.
+pub fn cause_of(end: &crate::handoff::End) -> Cause {
+    use crate::handoff::End;
+    match end {
+        End::Done => Cause::Normal,
+        End::ClientReset => Cause::ClientAbort,
+        End::ServerReset | End::Error(_) => Cause::ServerAbort,
+        End::ClientTimeout => Cause::ClientTimeout,
+        End::ServerTimeout => Cause::ServerTimeout,
+    }
+}
+
+#[cfg(test)]
+mod tests;
