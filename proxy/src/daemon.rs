@@ -461,6 +461,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     if let Some(l) = prometheus {
         crate::metrics::serve(l, state.clone())?;
     }
+    crate::pool::init(&state);
     tracing::info!(nbthread, mode = ?forward_mode, "shunt started");
 
     let mut threads = Vec::with_capacity(nbthread);
@@ -649,6 +650,11 @@ async fn worker_main(
         &state,
         scheduler::thread_id(),
         state.nbthread,
+    ));
+    // Warm server spares: this worker's refills (and, on worker 0, the purges).
+    tasks.extend(crate::pool::spawn_for_worker(
+        &state,
+        scheduler::thread_id(),
     ));
     for (fi, l) in listeners {
         match TcpListener::from_std(l) {

@@ -17,6 +17,7 @@ pub mod log;
 pub mod maps;
 pub mod metrics;
 pub mod notify;
+pub mod pool;
 pub mod reload;
 pub mod scheduler;
 pub mod session;

@@ -170,7 +170,12 @@ fn flow_timeouts(fe: &Frontend, be: &Backend) -> FlowTimeouts {
     }
 }
 
-async fn connect(addr: SocketAddr, timeout: Option<Duration>) -> std::io::Result<TcpStream> {
+/// A fresh connection to `addr` (TCP_NODELAY), bounded by `timeout connect`; the
+/// pool's refill uses it too.
+pub(crate) async fn connect(
+    addr: SocketAddr,
+    timeout: Option<Duration>,
+) -> std::io::Result<TcpStream> {
     let sock = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -189,6 +194,47 @@ async fn connect(addr: SocketAddr, timeout: Option<Duration>) -> std::io::Result
         None => fut.await,
     }
 }
+
+/// A connection to the server of `rt` for a new flow: a warm spare of the pool
+/// when one is good (a spare that a server-first greeting is waiting on keeps it
+/// unread, so the forwarding delivers it to the client), else a fresh connect.
+/// A dead spare is never an error: the pool discards it and takes another or
+/// falls through to the connect.
+async fn connect_server(
+    rt: &crate::lb::ServerRt,
+    timeout: Option<Duration>,
+) -> std::io::Result<TcpStream> {
+    let addr = rt.addr();
+    if rt.pool.enabled() {
+        let tid = crate::scheduler::try_thread_id().unwrap_or(0);
+        let spare = rt.pool.take(tid, addr);
+        // The spare is replaced (or the need re-estimated) at once.
+        crate::pool::kick();
+        if let Some(sock) = spare {
+            match TcpStream::from_std(sock) {
+                Ok(s) => return Ok(s),
+                Err(e) => tracing::debug!(server = %rt.name, error = %e, "cannot register a spare"),
+            }
+        }
+    }
+    // An address change while this connect was in flight (`set server addr`
+    // answered meanwhile) makes it stale: connect again, to the new address, so
+    // no flow that starts after the answer reaches the old one. Bounded: each
+    // retry follows another change.
+    let mut addr = addr;
+    for _ in 0..MAX_ADDR_CHANGE_RETRIES {
+        let gen = rt.addr_gen();
+        let s = connect(addr, timeout).await?;
+        if rt.addr_gen() == gen {
+            return Ok(s);
+        }
+        addr = rt.addr();
+    }
+    connect(addr, timeout).await
+}
+
+/// Fresh connects restarted because the server's address changed under them.
+const MAX_ADDR_CHANGE_RETRIES: usize = 3;
 
 /// Name of a forwarding mode as `show sess` prints it (`fwd=`).
 pub fn mode_name(m: Mode) -> &'static str {
@@ -261,7 +307,7 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
         let srv_idx = s.index();
         let srv_ctr = &state.stats.servers[be_idx][srv_idx];
         log.assigned(srv_idx);
-        match connect(s.server().addr(), be.timeouts.connect).await {
+        match connect_server(s.server(), be.timeouts.connect).await {
             Ok(conn) => {
                 log.connected(conn.peer_addr().ok(), conn.local_addr().ok());
                 srv_ctr.event(Event::Session);
@@ -306,6 +352,8 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
     let srv_idx = slot.index();
     let srv_ctr = &state.stats.servers[be_idx][srv_idx];
     let _srv_open = Open::new(srv_ctr);
+    // Counts in the pool's sizing (`used_cur`) while the flow runs.
+    let _used = slot.server().pool.used();
 
     let meter = FlowMeter {
         fe: fe_ctr,

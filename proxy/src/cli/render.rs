@@ -201,6 +201,7 @@ mod col {
     pub const CONN_TOT: usize = 79;
     pub const DCON: usize = 81;
     pub const CONNECT: usize = 84;
+    pub const SAFE_CONN_CUR: usize = 96;
     pub const USED_CONN_CUR: usize = 97;
     pub const NEED_CONN_EST: usize = 98;
     pub const UWEIGHT: usize = 99;
@@ -230,11 +231,15 @@ pub const STAT_TYPE_FE: i64 = 1;
 pub const STAT_TYPE_BE: i64 = 2;
 pub const STAT_TYPE_SV: i64 = 4;
 
-/// The `show stat` header line, `\n` included.
+/// shunt's own `show stat` columns, after HAProxy's 128 (the warm-spare pool's
+/// counters, `crate::pool`): set on server and BACKEND rows, empty on FRONTEND rows.
+pub const SHUNT_STAT_FIELDS: [&str; 4] = ["warm_hit", "warm_miss", "warm_dead", "warm_purged"];
+
+/// The `show stat` header line, `\n` included: HAProxy's columns, then shunt's.
 pub fn stat_header() -> String {
-    let mut s = String::with_capacity(1500);
+    let mut s = String::with_capacity(1600);
     s.push_str("# ");
-    for f in STAT_FIELDS {
+    for f in STAT_FIELDS.iter().chain(SHUNT_STAT_FIELDS.iter()) {
         s.push_str(f);
         s.push(',');
     }
@@ -264,11 +269,22 @@ impl Row {
     }
 
     fn new() -> Self {
-        Row(vec![String::new(); STAT_FIELDS.len()])
+        Row(vec![
+            String::new();
+            STAT_FIELDS.len() + SHUNT_STAT_FIELDS.len()
+        ])
     }
 
     fn set(&mut self, i: usize, v: impl Display) {
         self.0[i] = v.to_string();
+    }
+
+    /// The warm-spare counters in shunt's columns.
+    fn warm(&mut self, c: crate::pool::Counters) {
+        let base = STAT_FIELDS.len();
+        for (i, v) in [c.hit, c.miss, c.dead, c.purged].into_iter().enumerate() {
+            self.set(base + i, v);
+        }
     }
 
     fn zeros(&mut self, cols: impl IntoIterator<Item = usize>) {
@@ -473,8 +489,10 @@ fn server_row(ctx: &Ctx, bi: usize, si: usize, uptime: u64) -> Row {
     r.set(col::MODE, "tcp");
     r.set(col::CONNECT, s.stot);
     r.set(col::USED_CONN_CUR, s.scur);
-    r.set(col::NEED_CONN_EST, 0);
+    r.set(col::NEED_CONN_EST, rt.pool.need());
     r.set(col::UWEIGHT, uweight);
+    r.warm(rt.pool.counters());
+    r.set(col::SAFE_CONN_CUR, rt.pool.idle_cur());
     r.set(col::DASH, "-");
     if cfg.check.enabled {
         // The last health check, as HAProxy's stats show it: `INI` before the first.
@@ -614,7 +632,19 @@ fn backend_row(ctx: &Ctx, bi: usize, be: &Backend, uptime: u64) -> Row {
     r.set(col::CONNECT, s.stot);
     r.set(col::UWEIGHT, weight);
     r.set(col::DASH, "-");
+    r.warm(warm_totals(rt.servers.iter().map(|s| &**s)));
     r
+}
+
+/// The warm-spare counters summed over `servers`.
+fn warm_totals<'a>(
+    servers: impl Iterator<Item = &'a crate::lb::ServerRt>,
+) -> crate::pool::Counters {
+    let mut c = crate::pool::Counters::default();
+    for s in servers {
+        c += s.pool.counters();
+    }
+    c
 }
 
 /// One `show info` field: HAProxy's position, name, tags and type, and the value.
@@ -839,6 +869,22 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
             pos: 77 + i as u32,
             name,
             tags: "CGS",
+            ty: "u64",
+            value: value.to_string(),
+        });
+    }
+    // The warm-spare pool's counters, all servers (same names as in `show stat`).
+    let w = warm_totals(
+        st.backends
+            .iter()
+            .flat_map(|b| b.servers.iter().map(|s| &**s)),
+    );
+    let warm = [w.hit, w.miss, w.dead, w.purged];
+    for (i, (name, value)) in SHUNT_STAT_FIELDS.into_iter().zip(warm).enumerate() {
+        v.push(InfoField {
+            pos: 84 + i as u32,
+            name,
+            tags: "MCP",
             ty: "u64",
             value: value.to_string(),
         });
@@ -1135,11 +1181,13 @@ pub fn show_servers_state(
     out
 }
 
-/// Idle-connection purge delay `show servers conn` reports (HAProxy's default, ms).
-const POOL_PURGE_DELAY_MS: u32 = 5000;
-
-/// `show servers conn` for the backends at `bis`: HAProxy's columns; shunt keeps no
-/// idle server connections, so the idle columns are zero.
+/// `show servers conn` for the backends at `bis`, in HAProxy's columns, filled from
+/// the warm-spare pool (`crate::pool`): `purge_delay` is `pool-purge-delay` (ms),
+/// `used_cur` the flows running on the server, `used_max` their peak in the current
+/// period, `need_est` the spares wanted now, `safe_nb` and `idle_cur` the spares
+/// held (a spare never carried a byte: "safe"), `idle_lim` `pool-max-conn` (-1 =
+/// unlimited; HAProxy's default -1 too for a server without a pool, as HAProxy
+/// prints it), `idle_per_thr` the spares of each thread.
 pub fn show_servers_conn(ctx: &Ctx, bis: &[usize]) -> String {
     let nbthread = ctx.state.nbthread.max(1);
     let mut out = format!(
@@ -1149,21 +1197,27 @@ pub fn show_servers_conn(ctx: &Ctx, bis: &[usize]) -> String {
         let be = &ctx.state.config.backends[bi];
         for (si, cfg) in be.servers.iter().enumerate() {
             let rt = &ctx.state.backends[bi].servers[si];
+            let pool = &rt.pool;
+            let params = pool.params();
+            let idle = pool.idle_cur();
             let _ = write!(
                 out,
-                "{}/{} {}/{} {} {} - {POOL_PURGE_DELAY_MS} {} {} {} 0 0 -1 0",
+                "{}/{} {}/{} {} {} - {} {} {} {} 0 {idle} {} {idle}",
                 be.name,
                 cfg.name,
                 be.id,
                 cfg.id,
                 rt.addr().ip(),
                 rt.addr().port(),
-                rt.cur_conns(),
-                rt.max_conns(),
-                rt.max_conns(),
+                params.purge_delay.as_millis(),
+                pool.used_cur(),
+                pool.used_max(),
+                pool.need(),
+                // HAProxy prints its default (-1) for a server without a pool.
+                if pool.enabled() { params.max_conn } else { -1 },
             );
-            for _ in 0..nbthread {
-                out.push_str(" 0");
+            for n in pool.idle_per_thr(nbthread) {
+                let _ = write!(out, " {n}");
             }
             out.push('\n');
         }
@@ -1240,7 +1294,6 @@ pub fn sess_line(ctx: &Ctx, v: &crate::stats::flows::FlowView, out: &mut Vec<u8>
 /// - `pool_fail`, `buf_wait`: no buffer pools (the kernel moves the bytes);
 /// - `accq_pushed`, `accq_full`, `accq_ring`: every worker accepts on its own
 ///   SO_REUSEPORT listener, so there is no accept queue between threads;
-/// - `fd_takeover`: no connection moves between threads (yet).
 fn activity_zero(_: &crate::scheduler::ThreadStats) -> u64 {
     0
 }
@@ -1279,7 +1332,8 @@ const ACTIVITY_FIELDS: [ActivityField; 24] = [
     ("accq_pushed", activity_zero),
     ("accq_full", activity_zero),
     ("accq_ring", activity_zero),
-    ("fd_takeover", activity_zero),
+    // Warm spares taken from a sibling thread's pool (`crate::pool`).
+    ("fd_takeover", |s| s.fd_takeover),
 ];
 
 /// `show activity`: `thread_id: T (1..N)`, `date_now: SECS.USECS`, then one line per
@@ -1442,9 +1496,20 @@ mod tests {
     /// The header of `show stat` in shared/reference/haproxy-2.6-cli/02-show-stat-full.txt.
     const REFERENCE_HEADER: &str = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,status,weight,act,bck,chkfail,chkdown,lastchg,downtime,qlimit,pid,iid,sid,throttle,lbtot,tracked,type,rate,rate_lim,rate_max,check_status,check_code,check_duration,hrsp_1xx,hrsp_2xx,hrsp_3xx,hrsp_4xx,hrsp_5xx,hrsp_other,hanafail,req_rate,req_rate_max,req_tot,cli_abrt,srv_abrt,comp_in,comp_out,comp_byp,comp_rsp,lastsess,last_chk,last_agt,qtime,ctime,rtime,ttime,agent_status,agent_code,agent_duration,check_desc,agent_desc,check_rise,check_fall,check_health,agent_rise,agent_fall,agent_health,addr,cookie,mode,algo,conn_rate,conn_rate_max,conn_tot,intercepted,dcon,dses,wrew,connect,reuse,cache_lookups,cache_hits,srv_icur,src_ilim,qtime_max,ctime_max,rtime_max,ttime_max,eint,idle_conn_cur,safe_conn_cur,used_conn_cur,need_conn_est,uweight,agg_server_status,agg_server_check_status,agg_check_status,-,ssl_sess,ssl_reused_sess,ssl_failed_handshake,h2_headers_rcvd,h2_data_rcvd,h2_settings_rcvd,h2_rst_stream_rcvd,h2_goaway_rcvd,h2_detected_conn_protocol_errors,h2_detected_strm_protocol_errors,h2_rst_stream_resp,h2_goaway_resp,h2_open_connections,h2_backend_open_streams,h2_total_connections,h2_backend_total_streams,h1_open_connections,h1_open_streams,h1_total_connections,h1_total_streams,h1_bytes_in,h1_bytes_out,h1_spliced_bytes_in,h1_spliced_bytes_out,\n";
 
+    /// HAProxy's header, then shunt's own columns.
+    fn with_shunt_columns(haproxy: &str) -> String {
+        format!(
+            "{}{},\n",
+            haproxy.trim_end_matches('\n'),
+            SHUNT_STAT_FIELDS.join(",")
+        )
+    }
+
     #[test]
     fn stat_header_is_haproxy_26_byte_for_byte() {
-        assert_eq!(stat_header(), REFERENCE_HEADER);
+        assert_eq!(stat_header(), with_shunt_columns(REFERENCE_HEADER));
+        assert!(stat_header()
+            .ends_with(",h1_spliced_bytes_out,warm_hit,warm_miss,warm_dead,warm_purged,\n"));
     }
 
     #[test]
@@ -1456,7 +1521,7 @@ mod tests {
             .lines()
             .find(|l| l.starts_with("# pxname"))
             .expect("transcript has a header");
-        assert_eq!(stat_header(), format!("{line}\n"));
+        assert_eq!(stat_header(), with_shunt_columns(&format!("{line}\n")));
     }
 
     #[test]

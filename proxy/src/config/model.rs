@@ -184,6 +184,9 @@ pub struct Global {
     pub traffic_logs: Vec<ProxyLog>,
     /// `stats prometheus bind ADDR:PORT`: where the Prometheus exporter listens.
     pub prometheus: Option<SocketAddr>,
+    /// `tune.idle-pool.shared on|off`: whether a thread may take a sibling
+    /// thread's warm spare (default on, as HAProxy).
+    pub idle_pool_shared: bool,
 }
 
 /// HAProxy's server-state file: `show servers state` saved by the operator, read
@@ -237,6 +240,7 @@ impl Default for Global {
             rings: Vec::new(),
             traffic_logs: Vec::new(),
             prometheus: None,
+            idle_pool_shared: true,
         }
     }
 }
@@ -413,6 +417,33 @@ pub struct Server {
     pub check: CheckParams,
     /// Config line for messages.
     pub line: Location,
+    /// Warm spare connections (`pool-max-conn`, `pool-low-conn`, `pool-purge-delay`).
+    pub pool: PoolParams,
+}
+
+/// A server's warm-spare pool settings (`crate::pool`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolParams {
+    /// `pool-max-conn`: spares kept for the server; 0 = no pool, -1 = unlimited.
+    pub max_conn: i64,
+    /// `pool-low-conn`: below this many spares in total, a thread does not take a
+    /// sibling thread's spare.
+    pub low_conn: usize,
+    /// `pool-purge-delay`: the sizing period (HAProxy's default 5 s).
+    pub purge_delay: Duration,
+}
+
+/// HAProxy's default `pool-purge-delay`.
+pub const DEFAULT_POOL_PURGE_DELAY: Duration = Duration::from_secs(5);
+
+impl Default for PoolParams {
+    fn default() -> Self {
+        Self {
+            max_conn: 0,
+            low_conn: 0,
+            purge_delay: DEFAULT_POOL_PURGE_DELAY,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

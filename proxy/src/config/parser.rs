@@ -92,6 +92,7 @@ pub struct ServerOpts {
     pub backup: bool,
     pub disabled: bool,
     pub check: CheckParams,
+    pub pool: PoolParams,
 }
 
 impl Default for ServerOpts {
@@ -103,6 +104,7 @@ impl Default for ServerOpts {
             backup: false,
             disabled: false,
             check: CheckParams::default(),
+            pool: PoolParams::default(),
         }
     }
 }
@@ -362,6 +364,7 @@ const GLOBAL_KEYWORDS: &[&str] = &[
     "daemon",
     "server-state-file",
     "server-state-base",
+    "tune.idle-pool.shared",
 ];
 
 // Capability bits of proxy keywords.
@@ -444,6 +447,9 @@ const SERVER_KEYWORDS: &[&str] = &[
     "rise",
     "slowstart",
     "weight",
+    "pool-max-conn",
+    "pool-low-conn",
+    "pool-purge-delay",
 ];
 
 /// Levenshtein distance, for "did you mean" hints.
@@ -665,6 +671,15 @@ fn server_keywords(
                     ))
                 }
             },
+            "pool-max-conn" => {
+                // -1 = unlimited; otherwise a count within the maxconn bound.
+                opts.pool.max_conn = match val {
+                    Some("-1") => -1,
+                    _ => bounded(int_arg(val, kw)?, 0, MAX_MAXCONN, kw)? as i64,
+                };
+            }
+            "pool-low-conn" => opts.pool.low_conn = bounded(int_arg(val, kw)?, 0, MAX_MAXCONN, kw)?,
+            "pool-purge-delay" => opts.pool.purge_delay = time_arg(val, kw)?,
             flag => {
                 takes_value = false;
                 match flag {
@@ -998,6 +1013,18 @@ impl<'e> Parser<'e> {
                 }
                 // Bounded by MAX_PIPESIZE above, so it fits any usize >= 32 bits.
                 g.pipesize = Some(n as usize);
+            }
+            "tune.idle-pool.shared" => {
+                g.idle_pool_shared = match val {
+                    Some("on") => true,
+                    Some("off") => false,
+                    other => {
+                        return Err(format!(
+                            "'tune.idle-pool.shared' expects either 'on' or 'off' but got '{}'.",
+                            other.unwrap_or("")
+                        ))
+                    }
+                };
             }
             "tune.sched.low-latency" => {
                 g.sched_low_latency = match val {

@@ -545,7 +545,7 @@ fn default_server_applies_to_following_servers() {
 
 #[test]
 fn server_errors() {
-    let kws = "addr, agent-addr, agent-check, agent-inter, agent-port, agent-send, backup, check, check-send-proxy, disabled, downinter, enabled, error-limit, fall, fastinter, id, inter, maxconn, maxqueue, no-agent-check, no-backup, no-check, no-check-send-proxy, observe, on-error, on-marked-down, on-marked-up, port, rise, slowstart, weight";
+    let kws = "addr, agent-addr, agent-check, agent-inter, agent-port, agent-send, backup, check, check-send-proxy, disabled, downinter, enabled, error-limit, fall, fastinter, id, inter, maxconn, maxqueue, no-agent-check, no-backup, no-check, no-check-send-proxy, observe, on-error, on-marked-down, on-marked-up, port, rise, slowstart, weight, pool-max-conn, pool-low-conn, pool-purge-delay";
     let foo = format!("'server be/s1' : unknown keyword 'foo'. Registered keywords : {kws}.");
     let wieght = format!("'server be/s1' : unknown keyword 'wieght'; did you mean 'weight' maybe ?. Registered keywords : {kws}.");
     let cases: Vec<(&str, String)> = vec![
@@ -1791,4 +1791,38 @@ fn log_and_ring_errors() {
     for (text, msg) in cases {
         assert_eq!(err1(text), *msg, "config: {text}");
     }
+}
+
+#[test]
+fn pool_keywords_defaults_and_errors() {
+    let c = okd("backend be\n default-server pool-low-conn 2\n \
+         server a 127.0.0.1:1 pool-max-conn -1 pool-purge-delay 300ms\n \
+         server b 127.0.0.1:2 pool-max-conn 8\n server c 127.0.0.1:3\n");
+    let s = &c.backends[0].servers;
+    assert_eq!(
+        s[0].pool,
+        PoolParams {
+            max_conn: -1,
+            low_conn: 2,
+            purge_delay: Duration::from_millis(300)
+        }
+    );
+    assert_eq!((s[1].pool.max_conn, s[1].pool.low_conn), (8, 2));
+    assert_eq!(s[2].pool.max_conn, 0, "no pool by default");
+    assert_eq!(s[2].pool.purge_delay, DEFAULT_POOL_PURGE_DELAY);
+    assert!(c.global.idle_pool_shared);
+    assert!(
+        !ok("global\n tune.idle-pool.shared off\n")
+            .config
+            .global
+            .idle_pool_shared
+    );
+    assert_eq!(
+        err1("global\n tune.idle-pool.shared maybe\n"),
+        "parsing [t.cfg:2] : 'tune.idle-pool.shared' expects either 'on' or 'off' but got 'maybe'."
+    );
+    assert!(err1(&format!(
+        "{DEFAULTS}backend be\n server a 127.0.0.1:1 pool-max-conn -2\n"
+    ))
+    .contains("'pool-max-conn' expects an integer argument (got '-2')"),);
 }

@@ -229,6 +229,7 @@ fn make_backend(d: &ProxyDraft, id: u32, errors: &mut Vec<ConfigError>) -> Backe
                     ..s.opts.check.clone()
                 },
                 line: s.loc.clone(),
+                pool: s.opts.pool,
             }
         })
         .collect();

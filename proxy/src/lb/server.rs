@@ -110,6 +110,9 @@ pub struct ServerRt {
     /// Bumped by every address change, so that anything prepared for the old
     /// address (a queued connect, a warm spare) can tell it is stale.
     addr_gen: AtomicU64,
+    // ---- warm spare connections (crate::pool) ----
+    /// This server's per-thread lists of pre-connected spares and their sizing.
+    pub pool: crate::pool::ServerPool,
 }
 
 /// Where the checks of one server connect, and what the agent is sent: the
@@ -183,6 +186,7 @@ impl ServerRt {
                     .into(),
             }),
             addr_gen: AtomicU64::new(0),
+            pool: crate::pool::ServerPool::new(cfg.pool),
         }
     }
 

@@ -78,6 +78,7 @@ fn backend(balance: Balance, servers: &[S]) -> Arc<BackendRt> {
             disabled: d.disabled,
             check: CheckParams::default(),
             line: Location::default(),
+            pool: Default::default(),
         })
         .collect();
     BackendRt::new(&Backend {

@@ -237,6 +237,12 @@ pub fn note_accepted() {
     with_current(Worker::note_accepted);
 }
 
+/// Count a warm server spare the current worker took from a sibling thread's
+/// pool (`fd_takeover` in `show activity`); a no-op off a worker thread.
+pub fn note_takeover() {
+    with_current(Worker::note_takeover);
+}
+
 /// Class the running task was queued in (`Urgent` inside a remote job); `None`
 /// outside a task or off a worker thread.
 pub fn current_class() -> Option<Class> {

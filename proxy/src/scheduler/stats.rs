@@ -246,6 +246,8 @@ pub struct ThreadStats {
     pub stream_calls: u64,
     /// Connections accepted by this worker's listeners.
     pub accepted: u64,
+    /// Warm server spares taken from a sibling thread's pool (`crate::pool`).
+    pub fd_takeover: u64,
     /// Sliding sum of the awake time per loop, µs (see [`swrate_avg`]).
     pub loop_us_sum: u64,
     /// Whether this worker's task profiling is active now.

@@ -221,6 +221,8 @@ pub(crate) struct Worker {
     poll_io: Cell<u64>,
     stream_calls: Cell<u64>,
     accepted: Cell<u64>,
+    /// Warm spares this worker took from a sibling thread's pool (`fd_takeover`).
+    fd_takeover: Cell<u64>,
     /// Wakes made on this thread with no task running (the reactor's, mostly).
     reactor_wakes: Cell<u64>,
     /// Sliding sum of the awake µs per pass (`stats::swrate_add`).
@@ -270,6 +272,7 @@ impl Worker {
             poll_io: Cell::new(0),
             stream_calls: Cell::new(0),
             accepted: Cell::new(0),
+            fd_takeover: Cell::new(0),
             reactor_wakes: Cell::new(0),
             loop_us_sum: Cell::new(0),
             cpust: Cell::new(Cpust {
@@ -685,6 +688,7 @@ impl Worker {
             poll_io: self.poll_io.get(),
             stream_calls: self.stream_calls.get(),
             accepted: self.accepted.get(),
+            fd_takeover: self.fd_takeover.get(),
             loop_us_sum: self.loop_us_sum.get(),
             profiling_active: self.prof_active.get(),
             cpust_ns: cpust.total_ns,
@@ -697,6 +701,11 @@ impl Worker {
     /// A listener of this worker accepted a connection.
     pub(crate) fn note_accepted(&self) {
         self.accepted.set(self.accepted.get() + 1);
+    }
+
+    /// This worker took a warm spare from a sibling thread's pool.
+    pub(crate) fn note_takeover(&self) {
+        self.fd_takeover.set(self.fd_takeover.get() + 1);
     }
 
     #[cfg(test)]
