@@ -215,3 +215,61 @@ fn profiling_lists_tasks_and_follows_the_mode() {
     );
     assert!(cli(&sock, "user; show activity").contains("\nloops: "));
 }
+
+/// `show info` as `name → value`.
+fn info(sock: &Path) -> Vec<(String, String)> {
+    cli(sock, "show info")
+        .lines()
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn info_num(fields: &[(String, String)], name: &str) -> u64 {
+    fields
+        .iter()
+        .find(|(k, _)| k == name)
+        .unwrap_or_else(|| panic!("no {name} in show info"))
+        .1
+        .parse()
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn show_info_reports_tasks_run_queue_and_idle() {
+    let echo = Server::echo();
+    let port = free_port();
+    let shunt = Shunt::start(&simple_config(port, &[echo.addr], ""), &[]);
+    let sock = shunt.sock();
+    let i1 = info(&sock);
+    // At least the accept task of each worker, main of each, the CLI listener and
+    // the connection answering.
+    let tasks = info_num(&i1, "Tasks");
+    assert!(tasks >= 2 * NBTHREAD as u64 + 2, "Tasks {tasks}");
+    // The CLI connection itself was queued when its worker's loop started.
+    assert!(info_num(&i1, "Run_queue") >= 1, "{i1:?}");
+    assert!(info_num(&i1, "Idle_pct") <= 100);
+    // Flows held open are live tasks: Tasks grows by one per open flow.
+    let mut open = Vec::new();
+    for _ in 0..FLOWS {
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        c.write_all(b"ping").expect("write");
+        let mut b = [0u8; 4];
+        c.read_exact(&mut b).expect("echo");
+        open.push(c);
+    }
+    let t0 = Instant::now();
+    let grown = loop {
+        let n = info_num(&info(&sock), "Tasks");
+        if n >= tasks + FLOWS as u64 || t0.elapsed() > WAIT {
+            break n;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(grown >= tasks + FLOWS as u64, "{tasks} -> {grown}");
+    drop(open);
+    // An idle daemon: after more than one 0.5 s sample, (nearly) all idle.
+    std::thread::sleep(Duration::from_millis(1200));
+    let idle = info_num(&info(&sock), "Idle_pct");
+    assert!(idle >= 50, "Idle_pct {idle}");
+}

@@ -476,6 +476,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
             nbthread,
             runqueue_depth: config.global.runqueue_depth,
             low_latency: config.global.sched_low_latency,
+            heavy_cap: config.global.sched_heavy_cap,
         };
         let h = std::thread::Builder::new()
             .name(format!("shunt-worker-{tid}"))

@@ -14,6 +14,7 @@
 mod bench;
 mod demo;
 mod ebpf;
+mod latency;
 mod load;
 mod peers;
 mod proc;
@@ -82,7 +83,8 @@ enum Cmd {
         #[arg(long, value_delimiter = ',')]
         peers: Option<Vec<String>>,
         /// Scenarios to run (default: all): bulk-1, bulk-4, rr-1, rr-50, connect,
-        /// rr-64k, idle, cork, cli.
+        /// rr-64k, idle, cork, cli; and, only when named, sched-latency (new-flow
+        /// latency under heavy CLI work, with and without the one-heavy-per-loop rule).
         #[arg(long, value_delimiter = ',')]
         scenarios: Option<Vec<String>>,
         /// Directory that receives BENCHMARKS.md and docs/bench/.

@@ -66,6 +66,9 @@ pub const SCENARIOS: [&str; 9] = [
     "bulk-1", "bulk-4", "rr-1", "rr-50", "connect", "rr-64k", "idle", "cork", "cli",
 ];
 
+/// Scenarios run only when named (`--scenarios sched-latency`), never by default.
+pub const EXTRA_SCENARIOS: [&str; 1] = ["sched-latency"];
+
 /// How long and how much each scenario runs.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -175,14 +178,18 @@ pub fn run(opts: &Options) -> Result<()> {
         Some(list) => {
             for s in list {
                 ensure!(
-                    SCENARIOS.contains(&s.as_str()),
-                    "unknown scenario '{s}' (expected some of {})",
-                    SCENARIOS.join(",")
+                    SCENARIOS.contains(&s.as_str()) || EXTRA_SCENARIOS.contains(&s.as_str()),
+                    "unknown scenario '{s}' (expected some of {},{})",
+                    SCENARIOS.join(","),
+                    EXTRA_SCENARIOS.join(",")
                 );
             }
             list.clone()
         }
     };
+    let (latency, scenarios): (Vec<String>, Vec<String>) = scenarios
+        .into_iter()
+        .partition(|s| EXTRA_SCENARIOS.contains(&s.as_str()));
     let dir = crate::target_dir().join("xtask").join("bench");
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let pid_file = opts
@@ -194,13 +201,20 @@ pub fn run(opts: &Options) -> Result<()> {
         "xtask: bench: pids of every process started go to {}",
         pid_file.display()
     );
-    if !peers::tools_present(&peers) {
+    if !scenarios.is_empty() && !peers::tools_present(&peers) {
         crate::setup::debian_packages()?;
     }
     let shunt = match &opts.shunt {
         Some(b) => b.clone(),
         None => crate::build_release()?,
     };
+    if !latency.is_empty() {
+        let table = crate::latency::run(&shunt, &dir, opts.quick)?;
+        println!("xtask: wrote {}", table.display());
+        if scenarios.is_empty() {
+            return Ok(());
+        }
+    }
     let out = match &opts.out {
         Some(o) => o.clone(),
         None if plan.quick => dir.join("quick"),

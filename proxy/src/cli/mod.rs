@@ -9,7 +9,11 @@
 //!
 //! Invariants:
 //! - The listener and every connection are scheduler tasks of class `Bulk` on the worker
-//!   that called [`serve`] (thread 0); no bare `tokio::spawn`.
+//!   that called [`serve`] (thread 0); no bare `tokio::spawn`. Heavy work runs from the
+//!   scheduler's Heavy class (at most one heavy run per loop while flows have work): a
+//!   connection marks itself heavy ([`scheduler::heavy`]) before a command that
+//!   loads, clears or replaces a whole map or walks the kernel's BPF maps
+//!   ([`heavy_command`]), and while it drains a streamed answer past its first chunk.
 //! - At most `stats maxconn` connections per socket; beyond that the listener stops
 //!   accepting (clients wait in the kernel backlog), as HAProxy does.
 //! - Output is held while the batch of input already received still has commands and
@@ -59,6 +63,22 @@ pub const YIELD_EVERY: usize = 64;
 pub const DEFAULT_NAME: &str = "shunt";
 /// Pause after a failed accept (EMFILE and friends) before trying again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(10);
+/// An `add map <<` payload from this size on is heavy work (about 250 entries:
+/// parsing and inserting them takes more than the ~50 µs a light run may cost).
+pub const HEAVY_PAYLOAD: usize = 4 * 1024;
+
+/// Whether a command is heavy work, run from the scheduler's Heavy class: a large
+/// map load, a map clear or commit (they drop a whole table), `show info` while the
+/// kernel handoff is loaded (it walks the BPF maps to count their entries).
+pub fn heavy_command(cmd: &command::Command) -> bool {
+    use command::Command;
+    match cmd {
+        Command::AddMapPayload { payload, .. } => payload.len() >= HEAVY_PAYLOAD,
+        Command::ClearMap { .. } | Command::CommitMap { .. } => true,
+        Command::ShowInfo(_) => crate::handoff::sockmap::kernel().is_some(),
+        _ => false,
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
@@ -393,13 +413,15 @@ async fn send<S: AsyncWrite + Unpin>(ctx: &Ctx, stream: &mut S, out: &[u8]) -> s
 /// Drain a streamed answer's body into `out`, writing whenever [`frame::OUT_FLUSH`]
 /// bytes are pending and yielding between chunks, so memory stays bounded whatever
 /// the size of the answer. What remains under the bound stays in `out`, batched with
-/// the answers that follow.
+/// the answers that follow. An answer that needs more than one chunk is heavy work:
+/// from the second chunk on, the connection runs from the Heavy class.
 async fn drain<S: AsyncWrite + Unpin>(
     ctx: &Ctx,
     stream: &mut S,
     out: &mut Vec<u8>,
     producer: &mut stream::Producer,
 ) -> std::io::Result<()> {
+    let mut heavy = None;
     loop {
         let more = producer.fill(ctx, out, frame::OUT_FLUSH).await;
         if out.len() >= frame::OUT_FLUSH {
@@ -409,7 +431,8 @@ async fn drain<S: AsyncWrite + Unpin>(
         if !more {
             return Ok(());
         }
-        tokio::task::yield_now().await;
+        heavy.get_or_insert_with(scheduler::enter_heavy);
+        scheduler::yield_now().await;
     }
 }
 
@@ -475,6 +498,12 @@ where
                             return;
                         }
                         let cmd = command::parse(&req);
+                        // Held to the end of this command (its streamed answer too).
+                        let _heavy = if heavy_command(&cmd) {
+                            Some(scheduler::heavy().await)
+                        } else {
+                            None
+                        };
                         let answer = if !dispatch::needs_workers(&cmd) {
                             dispatch::dispatch(ctx, &mut sess, cmd)
                         } else if !dispatch::allowed(sess.level, cmd.level()) {
@@ -511,7 +540,7 @@ where
                         since_yield += 1;
                         if since_yield >= YIELD_EVERY {
                             since_yield = 0;
-                            tokio::task::yield_now().await;
+                            scheduler::yield_now().await;
                         }
                     }
                     if !sess.interactive && !input.has_buffered() {

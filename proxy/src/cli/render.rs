@@ -697,6 +697,8 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
         cfg.frontends.iter().map(|f| f.binds.len()).sum::<usize>() + cfg.global.stats_sockets.len();
     let stopping = *st.phase.borrow() != Phase::Running;
     let nofile = nofile_limit();
+    // Live tasks, queued entries and idle share, as each worker last published them.
+    let load = crate::scheduler::load(&st.remotes());
     let version = env!("CARGO_PKG_VERSION");
     let fields: Vec<(u32, &str, &str, &str, String)> = vec![
         (
@@ -779,10 +781,9 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
         (42, "CompressBpsIn", "MRP", "u32", "0".into()),
         (43, "CompressBpsOut", "MRP", "u32", "0".into()),
         (44, "CompressBpsRateLim", "CLP", "u32", "0".into()),
-        // The scheduler issue provides Tasks / Run_queue / Idle_pct.
-        (47, "Tasks", "MGP", "u32", "0".into()),
-        (48, "Run_queue", "MGP", "u32", "0".into()),
-        (49, "Idle_pct", "MaP", "u32", "100".into()),
+        (47, "Tasks", "MGP", "u32", load.tasks.to_string()),
+        (48, "Run_queue", "MGP", "u32", load.run_queue.to_string()),
+        (49, "Idle_pct", "MaP", "u32", load.idle_pct.to_string()),
         (50, "node", "COS", "str", ctx.node.clone()),
         (
             52,

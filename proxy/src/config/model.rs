@@ -174,6 +174,9 @@ pub struct Global {
     pub runqueue_depth: Option<usize>,
     /// `tune.sched.low-latency on|off`.
     pub sched_low_latency: bool,
+    /// `tune.sched.heavy-cap on|off` (benchmark knob, default on): off disables
+    /// the one-heavy-task-per-loop rule.
+    pub sched_heavy_cap: bool,
     pub logs: Vec<LogTarget>,
     /// `server-state-file`, `server-state-base` and the backends that load it.
     pub server_state: ServerStateConfig,
@@ -235,6 +238,7 @@ impl Default for Global {
             maxpipes: DEFAULT_MAXCONN / 4,
             runqueue_depth: None,
             sched_low_latency: false,
+            sched_heavy_cap: true,
             logs: Vec::new(),
             server_state: ServerStateConfig::default(),
             rings: Vec::new(),

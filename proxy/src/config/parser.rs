@@ -360,6 +360,7 @@ const GLOBAL_KEYWORDS: &[&str] = &[
     "maxpipes",
     "tune.runqueue-depth",
     "tune.sched.low-latency",
+    "tune.sched.heavy-cap",
     "log",
     "daemon",
     "server-state-file",
@@ -1033,6 +1034,18 @@ impl<'e> Parser<'e> {
                     other => {
                         return Err(format!(
                             "'tune.sched.low-latency' expects either 'on' or 'off' but got '{}'.",
+                            other.unwrap_or("")
+                        ))
+                    }
+                };
+            }
+            "tune.sched.heavy-cap" => {
+                g.sched_heavy_cap = match val {
+                    Some("on") => true,
+                    Some("off") => false,
+                    other => {
+                        return Err(format!(
+                            "'tune.sched.heavy-cap' expects either 'on' or 'off' but got '{}'.",
                             other.unwrap_or("")
                         ))
                     }

@@ -281,6 +281,14 @@ fn global_maxpipes_explicit_and_low_latency_off() {
         .global;
     assert_eq!(g.maxpipes, 7);
     assert!(!g.sched_low_latency);
+    assert!(
+        g.sched_heavy_cap,
+        "the one-heavy-per-loop rule is on by default"
+    );
+    let g = ok("global\n tune.sched.heavy-cap off\n").config.global;
+    assert!(!g.sched_heavy_cap);
+    let g = ok("global\n tune.sched.heavy-cap on\n").config.global;
+    assert!(g.sched_heavy_cap);
     for (m, want) in [
         ("auto", ForwardMode::Auto),
         ("sockmap", ForwardMode::Sockmap),
@@ -337,6 +345,7 @@ fn global_errors() {
         ("tune.pipesize 1q", "unexpected character 'q' in argument to 'tune.pipesize'."),
         ("tune.runqueue-depth 0", "'tune.runqueue-depth' value must be between 1 and 4194304 (was 0)"),
         ("tune.sched.low-latency maybe", "'tune.sched.low-latency' expects either 'on' or 'off' but got 'maybe'."),
+        ("tune.sched.heavy-cap", "'tune.sched.heavy-cap' expects either 'on' or 'off' but got ''."),
         ("log", "log : expects <address> and <facility> as arguments"),
         ("nbproc 2", "nbproc is not supported any more since HAProxy 2.5. Threads will automatically be used on multi-processor machines if available."),
         ("mode tcp", "unknown keyword 'mode' in 'global' section"),

@@ -12,11 +12,15 @@
 //! - [`spawn`] queues a task in the given class on the current worker.
 //! - Wakes are classified HAProxy's way: from the reactor/timers (no task running)
 //!   → Urgent; from another task → Normal; a task waking itself → Bulk; a task
-//!   spawned Heavy always → Heavy; from another OS thread → Urgent, through the
-//!   worker's inbox. A task woken many times before it runs is queued once.
-//! - Per loop: budgets from `tune.runqueue-depth` and the class weights
-//!   (see [`budgets`]), at most one Heavy task, then one non-blocking reactor turn;
-//!   with nothing queued the worker parks in the reactor (no busy loop).
+//!   spawned Heavy or marked heavy → Heavy (unless `tune.sched.heavy-cap off`);
+//!   from another OS thread → Urgent (Heavy if heavy), through the worker's
+//!   inbox. A task woken many times before it runs is queued once.
+//! - Per loop: rounds of budgets from `tune.runqueue-depth` and the class weights
+//!   (see `budget.rs`), at most one Heavy task while other work is queued, no
+//!   task run twice, then one non-blocking reactor turn; with nothing queued the
+//!   worker parks in the reactor (no busy loop).
+//! - A task marks its heavy work with [`heavy`] / [`enter_heavy`]: while marked,
+//!   its wakes land in Heavy.
 //!
 //! Must not: be entered from async code of another executor; a task must not
 //! block the thread. Use [`yield_now`] (not `tokio::task::yield_now`, whose wake
@@ -38,10 +42,11 @@ use std::rc::Rc;
 use std::task::Poll;
 
 pub use budget::{
-    budgets, clamp_runqueue_depth, default_runqueue_depth, CLASS_WEIGHTS, HEAVY_PER_LOOP,
-    RUNQUEUE_DEPTH_MAX, RUNQUEUE_DEPTH_MIN, RUNQUEUE_DEPTH_ONE_THREAD,
+    budgets, clamp_runqueue_depth, default_runqueue_depth, heavy_limit, max_processed,
+    round_budgets, Rules, CLASS_WEIGHTS, HEAVY_ALONE_BATCH, HEAVY_PER_LOOP, RUNQUEUE_DEPTH_MAX,
+    RUNQUEUE_DEPTH_MIN, RUNQUEUE_DEPTH_ONE_THREAD,
 };
-pub use remote::Remote;
+pub use remote::{load, LoadInfo, Remote, IDLE_WINDOW_NS};
 pub use stats::{
     profiling, profiling_active, profiling_mode, profiling_status, set_profiling,
     set_profiling_mode, swrate_add, swrate_avg, FreqCtr, ProfilingMode, TaskProfile, ThreadStats,
@@ -103,6 +108,10 @@ pub struct SchedConfig {
     pub runqueue_depth: Option<usize>,
     /// `tune.sched.low-latency`.
     pub low_latency: bool,
+    /// The one-heavy-per-loop rule; off only with `tune.sched.heavy-cap off`, a
+    /// benchmark knob: work marked heavy is then queued by the ordinary wake
+    /// rules and the Heavy class is uncapped (shunt as it was before the rule).
+    pub heavy_cap: bool,
 }
 
 impl SchedConfig {
@@ -114,6 +123,14 @@ impl SchedConfig {
             None => default_runqueue_depth(self.nbthread),
         }
     }
+
+    /// The rules that shape the budgets.
+    pub fn rules(&self) -> Rules {
+        Rules {
+            low_latency: self.low_latency,
+            heavy_cap: self.heavy_cap,
+        }
+    }
 }
 
 impl Default for SchedConfig {
@@ -122,6 +139,7 @@ impl Default for SchedConfig {
             nbthread: 1,
             runqueue_depth: None,
             low_latency: false,
+            heavy_cap: true,
         }
     }
 }
@@ -247,6 +265,43 @@ pub fn note_takeover() {
 /// outside a task or off a worker thread.
 pub fn current_class() -> Option<Class> {
     with_current(Worker::current_class).flatten()
+}
+
+/// While alive, the running task is heavy work: its wakes (its own included) queue
+/// it in the Heavy class, which runs at most one task per loop while other work
+/// is queued. Take it around work that costs more than ~50 µs per run (a large
+/// map load or clear, the chunks of a large dump, bulk BPF map walks), and
+/// [`yield_now`] right after taking it so the heavy work itself starts from the
+/// Heavy queue ([`heavy`] does both). Dropping it restores the task's previous
+/// marking. A no-op outside a task.
+#[must_use = "the task is heavy only while the guard lives"]
+pub struct HeavyGuard {
+    /// The task marked, and its marking before.
+    prev: Option<(task::TaskKey, bool)>,
+}
+
+impl Drop for HeavyGuard {
+    fn drop(&mut self) {
+        if let Some((key, prev)) = self.prev {
+            with_current(|w| w.set_current_heavy(key, prev));
+        }
+    }
+}
+
+/// Mark the running task heavy until the guard drops (see [`HeavyGuard`]).
+pub fn enter_heavy() -> HeavyGuard {
+    HeavyGuard {
+        prev: with_current(|w| w.mark_current_heavy()).flatten(),
+    }
+}
+
+/// Mark the running task heavy and requeue it in the Heavy class; the caller
+/// runs its heavy work when this returns, and the task stays heavy until the
+/// guard drops.
+pub async fn heavy() -> HeavyGuard {
+    let guard = enter_heavy();
+    yield_now().await;
+    guard
 }
 
 /// Let the other queued tasks run: wakes the calling task (a self-wake, so it is

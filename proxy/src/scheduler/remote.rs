@@ -5,6 +5,10 @@
 //! Must not: touch the worker's run queues (they are thread-local); messages are
 //! turned into queue entries by the worker itself when it drains the inbox.
 //!
+//! It also carries the load figures `show info` reads without disturbing the
+//! worker ([`Published`]: live tasks, queued entries, idle percentage), stored
+//! with relaxed atomics once per loop by the worker itself.
+//!
 //! The inbox is `std::sync::mpsc` (a lock-free linked list since Rust 1.67; the
 //! sender is `Sync`). The mutex around the reactor waker is taken only on the
 //! `notified` false→true transition, i.e. at most once per worker loop.
@@ -18,9 +22,10 @@
 //! drain and the message is seen). No message is left behind with the worker
 //! parked.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, OnceLock, PoisonError};
 use std::task::Waker;
+use std::time::Instant;
 
 use super::stats::ThreadStats;
 use super::task::Header;
@@ -36,6 +41,102 @@ pub(crate) enum Inbox {
     Run(Job),
 }
 
+/// Length of one idle-time sample (HAProxy's half second): `Idle_pct` is the
+/// share of the last complete sample the worker spent parked in the reactor.
+pub const IDLE_WINDOW_NS: u64 = 500_000_000;
+
+/// Process-wide clock origin for [`Published::parked_at_ms`].
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+
+/// Milliseconds since the process-wide origin, plus one (so 0 means "never").
+fn mono_ms() -> u64 {
+    let e = EPOCH.get_or_init(Instant::now);
+    u64::try_from(e.elapsed().as_millis())
+        .unwrap_or(u64::MAX)
+        .saturating_add(1)
+}
+
+/// Load figures of one worker for `show info` (each written by the worker only).
+pub(crate) struct Published {
+    /// Live tasks (`Tasks`).
+    tasks: AtomicUsize,
+    /// Entries queued when the current loop started (`Run_queue`); 0 while parked.
+    run_queue: AtomicUsize,
+    /// Idle share of the last complete sample, percent (`Idle_pct`).
+    idle_pct: AtomicU32,
+    /// When the worker parked ([`mono_ms`]), 0 while it runs: a worker parked
+    /// for a whole sample is idle even though it did not measure it yet.
+    parked_at_ms: AtomicU64,
+}
+
+impl Published {
+    fn new() -> Self {
+        Self {
+            tasks: AtomicUsize::new(0),
+            run_queue: AtomicUsize::new(0),
+            idle_pct: AtomicU32::new(100),
+            parked_at_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Worker side, at the start of a loop.
+    pub(crate) fn running(&self, tasks: usize, run_queue: usize) {
+        self.tasks.store(tasks, Ordering::Relaxed);
+        self.run_queue.store(run_queue, Ordering::Relaxed);
+        self.parked_at_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// Worker side, before parking.
+    pub(crate) fn parking(&self, tasks: usize) {
+        self.tasks.store(tasks, Ordering::Relaxed);
+        self.run_queue.store(0, Ordering::Relaxed);
+        self.parked_at_ms.store(mono_ms(), Ordering::Relaxed);
+    }
+
+    /// Worker side, at the end of a sample.
+    pub(crate) fn idle_pct(&self, pct: u32) {
+        self.idle_pct.store(pct.min(100), Ordering::Relaxed);
+    }
+}
+
+/// Load of the workers, as `show info` prints it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadInfo {
+    /// Live tasks of every worker (`Tasks`).
+    pub tasks: usize,
+    /// Entries queued at the start of each worker's current loop (`Run_queue`).
+    pub run_queue: usize,
+    /// Mean idle percentage of the workers (`Idle_pct`).
+    pub idle_pct: u32,
+}
+
+/// Sum (tasks, run queue) and average (idle) the published figures of `remotes`
+/// (workers that have returned are left out; no worker gives 100% idle).
+pub fn load(remotes: &[Remote]) -> LoadInfo {
+    let now = mono_ms();
+    let window_ms = IDLE_WINDOW_NS / 1_000_000;
+    let mut out = LoadInfo::default();
+    let (mut idle_sum, mut n) = (0u64, 0u64);
+    for r in remotes.iter().filter(|r| r.is_alive()) {
+        let p = &r.shared.load;
+        out.tasks += p.tasks.load(Ordering::Relaxed);
+        out.run_queue += p.run_queue.load(Ordering::Relaxed);
+        let parked = p.parked_at_ms.load(Ordering::Relaxed);
+        let idle = if parked != 0 && now.saturating_sub(parked) >= window_ms {
+            100
+        } else {
+            p.idle_pct.load(Ordering::Relaxed)
+        };
+        idle_sum += u64::from(idle);
+        n += 1;
+    }
+    out.idle_pct = idle_sum
+        .checked_div(n)
+        .and_then(|v| u32::try_from(v).ok())
+        .unwrap_or(100);
+    out
+}
+
 /// The part of a worker that other threads may touch.
 pub(crate) struct Shared {
     pub(crate) thread_id: usize,
@@ -46,6 +147,8 @@ pub(crate) struct Shared {
     waker: Mutex<Option<Waker>>,
     /// Set when the worker has returned: later messages are dropped.
     closed: AtomicBool,
+    /// Load figures for `show info`.
+    pub(crate) load: Published,
 }
 
 impl Shared {
@@ -57,6 +160,7 @@ impl Shared {
             notified: AtomicBool::new(false),
             waker: Mutex::new(None),
             closed: AtomicBool::new(false),
+            load: Published::new(),
         });
         (shared, rx)
     }

@@ -11,7 +11,8 @@
 //! - A key is `(generation << 32) | slot`; the generation changes when the task
 //!   ends, so an entry or a stray waker of a finished task never reaches the
 //!   task that reuses its slot.
-//! - Wake classes: heavy task → Heavy; on the owning thread with no task running
+//! - Wake classes: heavy task (spawned Heavy or marked heavy, unless
+//!   `tune.sched.heavy-cap off`) → Heavy; on the owning thread with no task running
 //!   (reactor, timers) → Urgent; while another task (or a remote job) runs →
 //!   Normal; while the task itself runs → Bulk; from another thread → Urgent
 //!   through the owner's inbox.
@@ -41,7 +42,10 @@ pub(crate) fn key_generation(key: TaskKey) -> u32 {
 /// The shared, thread-safe part of a task.
 pub(crate) struct Header {
     pub(crate) key: TaskKey,
-    pub(crate) heavy: bool,
+    /// Spawned Heavy or marked heavy (`scheduler::enter_heavy`). Written only
+    /// by the owning worker between two polls; a wake from another thread may
+    /// read the value of the previous poll (it then lands one class off once).
+    pub(crate) heavy: AtomicBool,
     pub(crate) queued: AtomicBool,
     pub(crate) aborted: AtomicBool,
     pub(crate) done: AtomicBool,
@@ -52,7 +56,7 @@ impl Header {
     pub(crate) fn new(key: TaskKey, heavy: bool, owner: Arc<Shared>) -> Self {
         Self {
             key,
-            heavy,
+            heavy: AtomicBool::new(heavy),
             // A new task is queued by `spawn` right away.
             queued: AtomicBool::new(true),
             aborted: AtomicBool::new(false),

@@ -10,11 +10,16 @@
 //!
 //! The loop (HAProxy `process_runnable_tasks`, one pass):
 //! 1. drain the cross-thread inbox into Urgent (Heavy for heavy tasks);
-//! 2. compute per-class budgets from the queue lengths (`budget::budgets`);
+//! 2. compute `max_processed` and the per-class budgets of a round from the queue
+//!    lengths (`budget::round_budgets`);
 //! 3. run classes in order Urgent, Normal, Bulk, Heavy, each up to its budget or
 //!    until empty (with low-latency, go back before each task to a higher class
-//!    that became non-empty and still has budget);
-//! 4. give the reactor a turn with `tokio::task::yield_now()` (its wake is
+//!    that became non-empty and still has budget); a task that already ran in
+//!    this loop ends its class's turn for the round (it waits for the next loop:
+//!    a self-waking task cannot hold the worker away from its reactor);
+//! 4. while `max_processed` is not used up and work was queued meanwhile, run
+//!    another round (the heavy class keeps what it left, never refilled);
+//! 5. give the reactor a turn with `tokio::task::yield_now()` (its wake is
 //!    deferred until the driver has been polled without blocking), or, if nothing
 //!    is queued, park: return `Pending` until a waker of ours fires.
 //!
@@ -24,6 +29,13 @@
 //! a pass that parks counts in `empty_rq`, a loop that leaves work queued in
 //! `long_rq`, a reactor turn taken with work pending in `wake_tasks`, and a turn
 //! during which the reactor woke a task (a wake with no task running) in `poll_io`.
+//! The time spent parked feeds `Idle_pct` (per [`IDLE_WINDOW_NS`] sample), and
+//! each loop publishes the live tasks and the queue length for `show info`.
+//!
+//! Heavy marking: `current_heavy` holds the running task's heavy flag while it
+//! runs (so `enter_heavy` needs no access to the task's header); the flag is
+//! copied back to the header when the poll returns, where wakes from the reactor,
+//! other tasks and other threads read it.
 //!
 //! # Race window
 //! Parking: `park` stores the `block_on` waker, then checks the queues and the
@@ -43,8 +55,8 @@ use std::time::Instant;
 
 use tokio::runtime::Runtime;
 
-use super::budget::budgets;
-use super::remote::{Inbox, Job, Shared};
+use super::budget::{max_processed, round_budgets, Rules, CLASS_WEIGHTS};
+use super::remote::{Inbox, Job, Shared, IDLE_WINDOW_NS};
 use super::stats::{self, FreqCtr, ProfTable, ThreadStats};
 use super::task::{key_generation, key_slot, make_key, Header, TaskHandle, TaskKey};
 use super::{Class, SchedConfig, FLOW_TASK};
@@ -163,6 +175,8 @@ struct Task {
     waker: Waker,
     header: Arc<Header>,
     prof: u32,
+    /// Loop in which the task last ran (`u64::MAX`: never).
+    last_run: u64,
 }
 
 struct Slot {
@@ -180,6 +194,8 @@ struct Slab {
 
 enum Outcome {
     Stale,
+    /// The task already ran in this loop: it was put back at the head of its queue.
+    Again,
     Ran,
     MainDone,
 }
@@ -188,12 +204,14 @@ pub(crate) struct Worker {
     pub(crate) shared: Arc<Shared>,
     pub(crate) thread_id: usize,
     depth: usize,
-    low_latency: bool,
+    rules: Rules,
     inbox: mpsc::Receiver<Inbox>,
     rq: RefCell<RunQueues>,
     slab: RefCell<Slab>,
     /// What runs now: a task (key, class it was queued in) or a remote job.
     current: Cell<Option<(TaskKey, Class)>>,
+    /// Heavy flag of the running task (see the module header).
+    current_heavy: Cell<bool>,
     /// The scheduler future is parked and must be woken by the next local wake.
     idle: Cell<bool>,
     sched_waker: RefCell<Option<Waker>>,
@@ -228,6 +246,9 @@ pub(crate) struct Worker {
     /// Sliding sum of the awake µs per pass (`stats::swrate_add`).
     loop_us_sum: Cell<u64>,
     cpust: Cell<Cpust>,
+    /// Start of the current idle sample (ns since `epoch`) and the time parked in it.
+    idle_sample_start: Cell<u64>,
+    idle_ns: Cell<u64>,
     #[cfg(test)]
     trace: RefCell<Option<Vec<[u32; 4]>>>,
 }
@@ -246,11 +267,12 @@ impl Worker {
             shared,
             thread_id,
             depth: cfg.depth(),
-            low_latency: cfg.low_latency,
+            rules: cfg.rules(),
             inbox,
             rq: RefCell::new(RunQueues::default()),
             slab: RefCell::new(Slab::default()),
             current: Cell::new(None),
+            current_heavy: Cell::new(false),
             idle: Cell::new(false),
             sched_waker: RefCell::new(None),
             main_key: Cell::new(None),
@@ -280,6 +302,8 @@ impl Worker {
                 last_1s: FreqCtr::new(stats::CPUST_PERIOD_1S_NS),
                 last_15s: FreqCtr::new(stats::CPUST_PERIOD_15S_NS),
             }),
+            idle_sample_start: Cell::new(0),
+            idle_ns: Cell::new(0),
             #[cfg(test)]
             trace: RefCell::new(None),
         })
@@ -334,6 +358,7 @@ impl Worker {
                 waker: Waker::from(Arc::clone(&header)),
                 header: Arc::clone(&header),
                 prof,
+                last_run: u64::MAX,
             });
             slab.live += 1;
             header
@@ -370,14 +395,18 @@ impl Worker {
         if self.current.get().is_none() {
             self.reactor_wakes.set(self.reactor_wakes.get() + 1);
         }
-        let class = if h.heavy {
-            Class::Heavy
+        let running = self.current.get();
+        let own = matches!(running, Some((k, _)) if k == h.key);
+        let heavy = if own {
+            self.current_heavy.get()
         } else {
-            match self.current.get() {
-                None => Class::Urgent,
-                Some((k, _)) if k == h.key => Class::Bulk,
-                Some(_) => Class::Normal,
-            }
+            h.heavy.load(Ordering::Relaxed)
+        };
+        let class = match running {
+            _ if heavy && self.rules.heavy_cap => Class::Heavy,
+            None => Class::Urgent,
+            Some(_) if own => Class::Bulk,
+            Some(_) => Class::Normal,
         };
         self.enqueue(h.key, class);
     }
@@ -391,7 +420,8 @@ impl Worker {
             match self.inbox.try_recv() {
                 Ok(Inbox::Wake(h)) => {
                     self.remote_wakes.set(self.remote_wakes.get() + 1);
-                    let class = if h.heavy { Class::Heavy } else { Class::Urgent };
+                    let heavy = h.heavy.load(Ordering::Relaxed) && self.rules.heavy_cap;
+                    let class = if heavy { Class::Heavy } else { Class::Urgent };
                     self.rq.borrow_mut().q[class.index()].push_back(Entry { key: h.key, t });
                 }
                 Ok(Inbox::Run(job)) => {
@@ -429,6 +459,7 @@ impl Worker {
     /// Start of one pass: clock readings, and the profiling reset if one was asked.
     fn pass_begin(&self) -> PassStart {
         let wall = self.clock();
+        self.note_idle(wall, 0);
         let epoch = stats::reset_epoch();
         if epoch != self.prof_epoch.get() {
             self.prof_epoch.set(epoch);
@@ -480,53 +511,75 @@ impl Worker {
         }
     }
 
-    /// One pass over the classes. Returns true when `main` has completed.
+    /// One pass over the classes, in rounds (see the module header). Returns
+    /// true when `main` has completed.
     fn run_loop(&self, start: &PassStart) -> bool {
         let prof = self.prof_active.get();
         if prof {
             self.now_ns.set(start.wall);
         }
-        let mut budget = budgets(self.depth, self.rq.borrow().lens());
+        let loop_id = self.loops.get();
+        let queued = self.rq.borrow().lens();
+        let mut left = max_processed(self.depth, queued.iter().sum());
+        let mut heavy_weight = if queued[3] > 0 { CLASS_WEIGHTS[3] } else { 0 };
         let mut ran = [0u32; 4];
-        let mut class = 0usize;
         let mut main_done = false;
         loop {
-            let item = {
-                let mut rq = self.rq.borrow_mut();
-                if self.low_latency && class > 0 {
-                    if let Some(c) = (0..class).find(|&c| budget[c] > 0 && rq.len(c) > 0) {
-                        class = c;
+            let lens = self.rq.borrow().lens();
+            if !self.rules.heavy_cap {
+                heavy_weight = CLASS_WEIGHTS[3];
+            }
+            let mut budget = round_budgets(left, lens, heavy_weight, self.rules);
+            let mut done = 0usize;
+            let mut class = 0usize;
+            loop {
+                let item = {
+                    let mut rq = self.rq.borrow_mut();
+                    if self.rules.low_latency && class > 0 {
+                        if let Some(c) = (0..class).find(|&c| budget[c] > 0 && rq.len(c) > 0) {
+                            class = c;
+                        }
+                    }
+                    while class < 4 && (budget[class] == 0 || rq.len(class) == 0) {
+                        class += 1;
+                    }
+                    if class == 4 {
+                        break;
+                    }
+                    budget[class] -= 1;
+                    rq.pop(class)
+                };
+                let outcome = match item {
+                    Some(Item::Job(j)) => {
+                        self.run_job(j, prof);
+                        Outcome::Ran
+                    }
+                    Some(Item::Task(e)) => self.run_task(e, Class::ALL[class], prof, loop_id),
+                    None => Outcome::Stale,
+                };
+                match outcome {
+                    // A stale entry (finished task) costs no budget.
+                    Outcome::Stale => budget[class] += 1,
+                    Outcome::Again => budget[class] = 0,
+                    Outcome::Ran => {
+                        ran[class] += 1;
+                        done += 1;
+                    }
+                    Outcome::MainDone => {
+                        ran[class] += 1;
+                        main_done = true;
+                        break;
                     }
                 }
-                while class < 4 && (budget[class] == 0 || rq.len(class) == 0) {
-                    class += 1;
-                }
-                if class == 4 {
-                    break;
-                }
-                budget[class] -= 1;
-                rq.pop(class)
-            };
-            let outcome = match item {
-                Some(Item::Job(j)) => {
-                    self.run_job(j, prof);
-                    Outcome::Ran
-                }
-                Some(Item::Task(e)) => self.run_task(e, Class::ALL[class], prof),
-                None => Outcome::Stale,
-            };
-            match outcome {
-                // A stale entry (finished task) costs no budget.
-                Outcome::Stale => budget[class] += 1,
-                Outcome::Ran => ran[class] += 1,
-                Outcome::MainDone => {
-                    ran[class] += 1;
-                    main_done = true;
-                    break;
-                }
+            }
+            // The heavy class is not refilled: what it left is its next weight.
+            heavy_weight = budget[3];
+            left = left.saturating_sub(done);
+            if main_done || done == 0 || left == 0 || !self.has_work() {
+                break;
             }
         }
-        self.loops.set(self.loops.get() + 1);
+        self.loops.set(loop_id + 1);
         if !self.rq.borrow().is_empty() {
             self.long_rq.set(self.long_rq.get() + 1);
         }
@@ -545,17 +598,25 @@ impl Worker {
         main_done
     }
 
-    fn run_task(&self, e: Entry, class: Class, prof: bool) -> Outcome {
+    fn run_task(&self, e: Entry, class: Class, prof: bool, loop_id: u64) -> Outcome {
         let mut task = {
             let mut slab = self.slab.borrow_mut();
             match slab.slots.get_mut(key_slot(e.key)) {
-                Some(slot) if slot.generation == key_generation(e.key) => match slot.task.take() {
-                    Some(t) => t,
-                    None => return Outcome::Stale,
-                },
+                Some(slot) if slot.generation == key_generation(e.key) => {
+                    if slot.task.as_ref().is_some_and(|t| t.last_run == loop_id) {
+                        drop(slab);
+                        self.rq.borrow_mut().q[class.index()].push_front(e);
+                        return Outcome::Again;
+                    }
+                    match slot.task.take() {
+                        Some(t) => t,
+                        None => return Outcome::Stale,
+                    }
+                }
                 _ => return Outcome::Stale,
             }
         };
+        task.last_run = loop_id;
         // Cleared before the poll so a wake during it queues the task again;
         // AcqRel pairs with the waker's swap (its writes are visible to the poll).
         task.header.queued.swap(false, Ordering::AcqRel);
@@ -567,11 +628,16 @@ impl Worker {
             self.stream_calls.set(self.stream_calls.get() + 1);
         }
         self.current.set(Some((e.key, class)));
+        self.current_heavy
+            .set(task.header.heavy.load(Ordering::Relaxed));
         let poll = task
             .fut
             .as_mut()
             .poll(&mut Context::from_waker(&task.waker));
         self.current.set(None);
+        task.header
+            .heavy
+            .store(self.current_heavy.get(), Ordering::Relaxed);
         if prof {
             let end = self.clock();
             self.now_ns.set(end);
@@ -698,6 +764,45 @@ impl Worker {
         }
     }
 
+    /// Mark the running task heavy; its key and previous marking, or `None`
+    /// outside a task (or in a remote job).
+    pub(crate) fn mark_current_heavy(&self) -> Option<(TaskKey, bool)> {
+        match self.current.get() {
+            Some((key, _)) if key != JOB_KEY => Some((key, self.current_heavy.replace(true))),
+            _ => None,
+        }
+    }
+
+    /// Restore the marking of task `key` if it is the one running (a guard
+    /// dropped with its future outside a poll changes nothing: the task is over).
+    pub(crate) fn set_current_heavy(&self, key: TaskKey, heavy: bool) {
+        if matches!(self.current.get(), Some((k, _)) if k == key) {
+            self.current_heavy.set(heavy);
+        }
+    }
+
+    /// Start of a loop: publish the load figures for `show info`.
+    fn publish_running(&self) {
+        let queued: usize = self.rq.borrow().lens().iter().sum();
+        self.shared.load.running(self.slab.borrow().live, queued);
+    }
+
+    /// Count `parked` ns of idle time ending at `now`; close the sample when it
+    /// is [`IDLE_WINDOW_NS`] long.
+    fn note_idle(&self, now: u64, parked: u64) {
+        let idle = self.idle_ns.get().saturating_add(parked);
+        let span = now.saturating_sub(self.idle_sample_start.get());
+        if span >= IDLE_WINDOW_NS {
+            let pct =
+                u32::try_from(idle.min(span).saturating_mul(100) / span.max(1)).unwrap_or(100);
+            self.shared.load.idle_pct(pct);
+            self.idle_sample_start.set(now);
+            self.idle_ns.set(0);
+        } else {
+            self.idle_ns.set(idle);
+        }
+    }
+
     /// A listener of this worker accepted a connection.
     pub(crate) fn note_accepted(&self) {
         self.accepted.set(self.accepted.get() + 1);
@@ -733,6 +838,7 @@ pub(crate) async fn sched_main(w: Rc<Worker>) {
     loop {
         let start = w.pass_begin();
         w.drain_inbox();
+        w.publish_running();
         let reactor_wakes = if w.has_work() {
             if w.run_loop(&start) {
                 return;
@@ -748,7 +854,11 @@ pub(crate) async fn sched_main(w: Rc<Worker>) {
             w.empty_rq.set(w.empty_rq.get() + 1);
             w.pass_end(start);
             let before = w.reactor_wakes.get();
+            w.shared.load.parking(w.slab.borrow().live);
+            let parked = w.clock();
             std::future::poll_fn(|cx| w.park(cx)).await;
+            let now = w.clock();
+            w.note_idle(now, now.saturating_sub(parked));
             w.reactor_wakes.get() - before
         };
         if reactor_wakes > 0 {
