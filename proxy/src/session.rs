@@ -307,7 +307,9 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
         let srv_idx = s.index();
         let srv_ctr = &state.stats.servers[be_idx][srv_idx];
         log.assigned(srv_idx);
-        match connect_server(s.server(), be.timeouts.connect).await {
+        let connected = connect_server(s.server(), be.timeouts.connect).await;
+        crate::checks::observe::report(&state, be_idx, srv_idx, connected.is_ok());
+        match connected {
             Ok(conn) => {
                 log.connected(conn.peer_addr().ok(), conn.local_addr().ok());
                 srv_ctr.event(Event::Session);

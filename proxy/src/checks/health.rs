@@ -71,7 +71,14 @@ pub async fn run(t: Arc<Target>, first: Duration) {
             };
             apply(&t, &out, started.elapsed());
         }
-        tokio::time::sleep(t.next_inter()).await;
+        // `observe layer4` may cut the wait short: the next check then runs at
+        // `fastinter` from now, as HAProxy reschedules its check task.
+        tokio::select! {
+            () = tokio::time::sleep(t.next_inter()) => {}
+            () = t.server.check_wake.notified() => {
+                tokio::time::sleep(t.fastinter).await;
+            }
+        }
     }
 }
 
@@ -173,6 +180,17 @@ pub fn mark(site: &Site, change: Change, cause: &Cause) -> bool {
     if !changed {
         return false;
     }
+    let slowstart = site.state.config.backends[site.bi].servers[site.si]
+        .check
+        .slowstart;
+    match (change, slowstart) {
+        (Change::Up, Some(period)) if !period.is_zero() => start_slowstart(s, be_rt, period),
+        // Down (or no slowstart): the next ramp starts from scratch.
+        _ => {
+            s.next_ramp_gen();
+            s.set_ramp(100);
+        }
+    }
     be_rt.rebalance();
     let cfg = &site.state.config;
     let be = &cfg.backends[site.bi].name;
@@ -202,6 +220,36 @@ pub fn mark(site: &Site, change: Change, cause: &Cause) -> bool {
     }
     true
 }
+
+/// Ramp a server that came back UP from 1 to its full weight over `period`
+/// (HAProxy's `slowstart`): the effective weight is recomputed every
+/// `max(period / 20, RAMP_STEP_MIN)` (HAProxy: every `max(1 s, period / 20)`;
+/// shunt steps faster so short periods ramp smoothly). A newer ramp, or the server
+/// going down, ends this one.
+fn start_slowstart(s: &Arc<ServerRt>, be: &Arc<crate::lb::BackendRt>, period: Duration) {
+    let gen = s.next_ramp_gen();
+    s.set_ramp(1);
+    let (s, be) = (Arc::clone(s), Arc::clone(be));
+    let step = (period / 20).max(RAMP_STEP_MIN);
+    let started = Instant::now();
+    crate::scheduler::spawn(crate::scheduler::Class::Normal, "slowstart", async move {
+        loop {
+            tokio::time::sleep(step).await;
+            if s.ramp_gen() != gen || !s.is_up() {
+                return;
+            }
+            let pct = (started.elapsed().as_millis() * 100 / period.as_millis().max(1)) as u32;
+            s.set_ramp(pct.max(1));
+            be.rebalance();
+            if pct >= 100 {
+                return;
+            }
+        }
+    });
+}
+
+/// Shortest step of a `slowstart` ramp.
+const RAMP_STEP_MIN: Duration = Duration::from_millis(100);
 
 /// Close the flows of servers `sis` of backend `bi`, on every worker: each worker
 /// aborts the flows' tasks, which closes both sockets of userspace flows and

@@ -17,12 +17,16 @@
 //! The server-state file (`server-state-file`, `load-server-state-from-file`) is
 //! read once at start by [`state_file`].
 //!
-//! Not applied yet (parsed by the config): `slowstart` (a server comes back at full
-//! weight), `observe layer4` / `error-limit` / `on-error` (live traffic does not feed
-//! the checks) and `check-send-proxy`.
+//! `slowstart`: a server coming back UP ramps its effective weight from 1 to its
+//! user weight over the period ([`health::mark`] starts the ramp). `observe
+//! layer4`: connection results of live traffic feed [`observe::report`], which acts
+//! on `error-limit` consecutive errors as `on-error` says.
+//!
+//! Not applied yet (parsed by the config): `check-send-proxy`.
 
 pub mod agent;
 pub mod health;
+pub mod observe;
 pub mod probe;
 pub mod state_file;
 
@@ -51,6 +55,8 @@ pub const CHECK_BUF: usize = 16 * 1024;
 pub enum Status {
     /// The agent answered without a health word (no status change).
     Checked,
+    /// `observe layer4` saw `error-limit` consecutive errors on live traffic.
+    Hana,
     Sockerr,
     L4Ok,
     L4Tout,
@@ -66,6 +72,7 @@ impl Status {
     pub fn code(self) -> u32 {
         match self {
             Status::Checked => 3,
+            Status::Hana => 4,
             Status::Sockerr => 5,
             Status::L4Ok => 6,
             Status::L4Tout => 7,
@@ -81,6 +88,7 @@ impl Status {
     pub fn info(self) -> &'static str {
         match self {
             Status::Checked => "CHECKED",
+            Status::Hana => "HANA",
             Status::Sockerr => "SOCKERR",
             Status::L4Ok => "L4OK",
             Status::L4Tout => "L4TOUT",
@@ -96,6 +104,7 @@ impl Status {
     pub fn desc(self) -> &'static str {
         match self {
             Status::Checked => "No status change",
+            Status::Hana => "Health analyze",
             Status::Sockerr => "Socket error",
             Status::L4Ok => "Layer4 check passed",
             Status::L4Tout => "Layer4 timeout",

@@ -185,6 +185,7 @@ mod col {
     pub const CHECK_STATUS: usize = 36;
     pub const CHECK_CODE: usize = 37;
     pub const CHECK_DURATION: usize = 38;
+    pub const HANAFAIL: usize = 45;
     pub const CLI_ABRT: usize = 49;
     pub const SRV_ABRT: usize = 50;
     pub const LASTSESS: usize = 55;
@@ -461,10 +462,14 @@ fn server_row(ctx: &Ctx, bi: usize, si: usize, uptime: u64) -> Row {
     }
     r.set(col::STATUS, server_status(ctx, bi, si));
     // A draining server runs with weight 0 but reports its user weight, as HAProxy.
-    let uweight = super::dispatch::admin_note(rt)
+    // The `weight` column is the effective weight (ramping during `slowstart`).
+    let weight = super::dispatch::admin_note(rt)
         .drain_weight
-        .unwrap_or_else(|| rt.weight());
-    r.set(col::WEIGHT, uweight);
+        .unwrap_or_else(|| rt.eweight());
+    r.set(col::WEIGHT, weight);
+    if cfg.check.observe_layer4 {
+        r.set(col::HANAFAIL, rt.hanafail());
+    }
     r.set(col::ACT, u32::from(!cfg.backup));
     r.set(col::BCK, u32::from(cfg.backup));
     r.set(
@@ -490,6 +495,10 @@ fn server_row(ctx: &Ctx, bi: usize, si: usize, uptime: u64) -> Row {
     r.set(col::CONNECT, s.stot);
     r.set(col::USED_CONN_CUR, s.scur);
     r.set(col::NEED_CONN_EST, rt.pool.need());
+    // `uweight`: the user weight (a draining server reports the one it keeps).
+    let uweight = super::dispatch::admin_note(rt)
+        .drain_weight
+        .unwrap_or_else(|| rt.weight());
     r.set(col::UWEIGHT, uweight);
     r.warm(rt.pool.counters());
     r.set(col::SAFE_CONN_CUR, rt.pool.idle_cur());

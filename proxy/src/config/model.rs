@@ -332,11 +332,11 @@ pub struct CheckParams {
     pub agent_send: Option<String>,
     /// `check-send-proxy` (parsed; the checks send no PROXY header yet).
     pub send_proxy: bool,
-    /// `slowstart` (parsed; not applied: a server comes back at full weight).
+    /// `slowstart`: a server coming back UP ramps to its weight over this period.
     pub slowstart: Option<Duration>,
     /// `on-marked-up shutdown-backup-sessions`.
     pub on_marked_up_shutdown_backup: bool,
-    /// `observe layer4` (parsed; live traffic does not feed the checks yet).
+    /// `observe layer4`: live connection results feed the server's health.
     pub observe_layer4: bool,
     /// `error-limit` (HAProxy's default 10).
     pub error_limit: Option<u32>,

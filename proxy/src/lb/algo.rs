@@ -26,9 +26,10 @@ impl Ctx<'_> {
         self.exclude != Some(i) && self.servers[i].has_room()
     }
 
-    /// Current user weight of server `i` as a wide integer.
+    /// Current effective weight of server `i` (the user weight, scaled during a
+    /// `slowstart` ramp) as a wide integer.
     pub fn weight(&self, i: usize) -> u64 {
-        u64::from(self.servers[i].weight())
+        u64::from(self.servers[i].eweight())
     }
 
     /// True when server `a` is strictly less loaded than `b`, load being

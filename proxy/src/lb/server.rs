@@ -113,6 +113,18 @@ pub struct ServerRt {
     // ---- warm spare connections (crate::pool) ----
     /// This server's per-thread lists of pre-connected spares and their sizing.
     pub pool: crate::pool::ServerPool,
+    // ---- slowstart and observe layer4 (crate::checks) ----
+    /// `slowstart` ramp in percent of the weight (100 = not ramping).
+    ramp_pct: AtomicU32,
+    /// Bumped by every ramp start, so an older ramp task stops.
+    ramp_gen: AtomicU64,
+    /// `observe layer4`: consecutive connection errors seen on live traffic.
+    observe_errors: AtomicU32,
+    /// `observe layer4`: times the error limit was reached (`hanafail`).
+    hanafail: AtomicU64,
+    /// Cuts the health check's current wait short (`observe layer4` forces the
+    /// next check at `fastinter`, as HAProxy reschedules its check task).
+    pub check_wake: tokio::sync::Notify,
 }
 
 /// Where the checks of one server connect, and what the agent is sent: the
@@ -187,6 +199,11 @@ impl ServerRt {
             }),
             addr_gen: AtomicU64::new(0),
             pool: crate::pool::ServerPool::new(cfg.pool),
+            ramp_pct: AtomicU32::new(100),
+            ramp_gen: AtomicU64::new(0),
+            observe_errors: AtomicU32::new(0),
+            hanafail: AtomicU64::new(0),
+            check_wake: tokio::sync::Notify::new(),
         }
     }
 
@@ -223,6 +240,59 @@ impl ServerRt {
     /// Current user weight (0..=256).
     pub fn weight(&self) -> u32 {
         self.weight.load(Ordering::Relaxed)
+    }
+
+    /// Effective weight, what the dynamic algorithms use: the user weight, scaled
+    /// down during a `slowstart` ramp (never to 0 while the user weight is not 0,
+    /// as HAProxy's `server_recalc_eweight`).
+    pub fn eweight(&self) -> u32 {
+        let w = self.weight();
+        let pct = self.ramp_pct.load(Ordering::Relaxed);
+        if pct >= 100 || w == 0 {
+            w
+        } else {
+            (w * pct).div_ceil(100).max(1)
+        }
+    }
+
+    /// The `slowstart` ramp, in percent (100 = full weight).
+    pub fn ramp(&self) -> u32 {
+        self.ramp_pct.load(Ordering::Relaxed)
+    }
+
+    /// Set the ramp (clamped to 100).
+    pub fn set_ramp(&self, pct: u32) {
+        self.ramp_pct.store(pct.min(100), Ordering::Relaxed);
+    }
+
+    /// Start a new ramp: returns its generation (older ramps see theirs is stale).
+    pub fn next_ramp_gen(&self) -> u64 {
+        self.ramp_gen.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// The generation of the latest ramp.
+    pub fn ramp_gen(&self) -> u64 {
+        self.ramp_gen.load(Ordering::Acquire)
+    }
+
+    /// `observe layer4`: one more consecutive error; returns the count.
+    pub fn observe_error(&self) -> u32 {
+        self.observe_errors.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// `observe layer4`: a success (or the limit acted on) clears the run.
+    pub fn observe_reset(&self) {
+        self.observe_errors.store(0, Ordering::Release);
+    }
+
+    /// `observe layer4`: the limit was reached once more.
+    pub fn count_hanafail(&self) {
+        self.hanafail.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Times `observe layer4` reached its error limit (`hanafail`).
+    pub fn hanafail(&self) -> u64 {
+        self.hanafail.load(Ordering::Relaxed)
     }
 
     /// The weight from the configuration (what `static-rr` and `source` use).
