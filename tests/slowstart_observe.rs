@@ -135,3 +135,52 @@ fn observe_layer4_marks_a_failing_server_down_with_hana() {
     // s2 has no `observe`: no hanafail value.
     assert_eq!(col(&sock, "be", "s2", "hanafail"), "");
 }
+
+#[test]
+fn check_send_proxy_starts_health_checks_with_a_proxy_v1_line() {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let srv = l.local_addr().expect("addr");
+    let (tx, rx) = std::sync::mpsc::channel::<(String, SocketAddr)>();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { return };
+            let peer = c.peer_addr().expect("peer");
+            let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut got = Vec::new();
+            let mut b = [0u8; 128];
+            while !got.ends_with(b"\r\n") {
+                match c.read(&mut b) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&b[..n]),
+                }
+            }
+            if tx
+                .send((String::from_utf8_lossy(&got).into_owned(), peer))
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket @DIR@/admin.sock level admin\n\ndefaults\n    mode tcp\n    \
+         timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n\n\
+         frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\n\
+         backend be\n    server s1 {srv} check inter 200ms check-send-proxy\n"
+    );
+    let _shunt = Shunt::start(&cfg, &[]);
+    let (line, peer) = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a health check connected");
+    assert_eq!(
+        line,
+        format!(
+            "PROXY TCP4 {} {} {} {}\r\n",
+            peer.ip(),
+            srv.ip(),
+            peer.port(),
+            srv.port()
+        )
+    );
+}

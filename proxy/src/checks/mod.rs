@@ -22,7 +22,8 @@
 //! layer4`: connection results of live traffic feed [`observe::report`], which acts
 //! on `error-limit` consecutive errors as `on-error` says.
 //!
-//! Not applied yet (parsed by the config): `check-send-proxy`.
+//! `check-send-proxy`: health-check connections (not the agent's) begin with a
+//! PROXY protocol v1 line naming the check connection's own addresses, as HAProxy.
 
 pub mod agent;
 pub mod health;
@@ -168,6 +169,8 @@ pub struct Target {
     pub agent: Option<AgentTarget>,
     pub on_marked_down_shutdown: bool,
     pub on_marked_up_shutdown_backup: bool,
+    /// `check-send-proxy`: health-check connections start with a PROXY v1 line.
+    pub send_proxy: bool,
 }
 
 /// The agent of one server (where it listens and what it is sent live in the
@@ -205,6 +208,7 @@ impl Target {
             }),
             on_marked_down_shutdown: c.on_marked_down_shutdown,
             on_marked_up_shutdown_backup: c.on_marked_up_shutdown_backup,
+            send_proxy: c.send_proxy,
         }
     }
 

@@ -201,9 +201,47 @@ async fn connect(addr: SocketAddr, limit: Duration) -> Result<TcpStream, (Status
     }
 }
 
+/// A health-check connection: [`connect`], then the PROXY v1 line when the
+/// server has `check-send-proxy`.
+async fn check_connect(
+    t: &Target,
+    addr: SocketAddr,
+    limit: Duration,
+) -> Result<TcpStream, (Status, String)> {
+    let mut s = connect(addr, limit).await?;
+    if t.send_proxy {
+        let line = match (s.local_addr(), s.peer_addr()) {
+            (Ok(l), Ok(p)) => proxy_v1_line(l, p),
+            _ => "PROXY UNKNOWN\r\n".to_string(),
+        };
+        match timeout_at(Instant::now() + limit, s.write_all(line.as_bytes())).await {
+            Err(_) => return Err((Status::L4Tout, String::new())),
+            Ok(Err(e)) => return Err((Status::Sockerr, os_reason(&e))),
+            Ok(Ok(())) => {}
+        }
+    }
+    Ok(s)
+}
+
+/// The PROXY protocol v1 header of a connection from `src` to `dst`.
+pub fn proxy_v1_line(src: SocketAddr, dst: SocketAddr) -> String {
+    let family = match (src, dst) {
+        (SocketAddr::V4(_), SocketAddr::V4(_)) => "TCP4",
+        (SocketAddr::V6(_), SocketAddr::V6(_)) => "TCP6",
+        _ => return "PROXY UNKNOWN\r\n".to_string(),
+    };
+    format!(
+        "PROXY {family} {} {} {} {}\r\n",
+        src.ip(),
+        dst.ip(),
+        src.port(),
+        dst.port()
+    )
+}
+
 /// A plain `check`: the connection is the test.
 pub async fn connect_check(t: &Target) -> Outcome {
-    match connect(check_addr(t, None, None), t.timeouts.connect).await {
+    match check_connect(t, check_addr(t, None, None), t.timeouts.connect).await {
         Ok(_) => Outcome::new(Status::L4Ok, ""),
         Err((status, reason)) => Outcome::new(status, reason),
     }
@@ -220,7 +258,7 @@ pub async fn tcp_check(t: &Target, rules: &[Rule]) -> Outcome {
         Some(Action::Connect { .. })
     );
     if implicit {
-        match connect(check_addr(t, None, None), t.timeouts.connect).await {
+        match check_connect(t, check_addr(t, None, None), t.timeouts.connect).await {
             Ok(s) => conn = Some(s),
             Err((status, reason)) => {
                 return Outcome::new(status, format!("{reason}{}", step_suffix(0, None)))
@@ -237,7 +275,7 @@ pub async fn tcp_check(t: &Target, rules: &[Rule]) -> Outcome {
                 drop(conn.take());
                 buf.clear();
                 eof = false;
-                match connect(check_addr(t, *addr, *port), t.timeouts.connect).await {
+                match check_connect(t, check_addr(t, *addr, *port), t.timeouts.connect).await {
                     Ok(s) => conn = Some(s),
                     Err((status, reason)) => return fail(status, &reason),
                 }

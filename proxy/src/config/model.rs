@@ -330,7 +330,7 @@ pub struct CheckParams {
     pub agent_addr: Option<String>,
     /// `agent-send`: the bytes sent to the agent once connected.
     pub agent_send: Option<String>,
-    /// `check-send-proxy` (parsed; the checks send no PROXY header yet).
+    /// `check-send-proxy`: health checks start with a PROXY v1 line.
     pub send_proxy: bool,
     /// `slowstart`: a server coming back UP ramps to its weight over this period.
     pub slowstart: Option<Duration>,
