@@ -5,6 +5,13 @@
 //! old process must finish its open flow before it exits, and the stats socket
 //! and the pidfile (same paths for every generation) must end up the newest
 //! process's.
+//!
+//! In sockmap mode (root or `SHUNT_REQUIRE_BPF=1`): a hundred long-lived
+//! kernel-forwarded flows, each side writing a known stream at a modest rate
+//! and checking every byte it reads, keep transferring across ten reloads;
+//! each new process adopts them from the old one (`_getflows`), the old one
+//! exits at once, and at the end both directions of every flow match
+//! byte for byte (SHA-256) with no reset.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -46,19 +53,23 @@ struct Tally {
 
 /// One connection of the loop: send MSG_LEN bytes, read them back, close cleanly.
 fn one_exchange(addr: SocketAddr, seed: u64) -> std::io::Result<()> {
-    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    // Each failure names its step (what a reset interrupted tells its cause).
+    let at = |step: &'static str| {
+        move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{step}: {e}"))
+    };
+    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(at("connect"))?;
     c.set_read_timeout(Some(Duration::from_secs(10)))?;
     c.set_write_timeout(Some(Duration::from_secs(10)))?;
     let msg = pattern(MSG_LEN, seed);
-    c.write_all(&msg)?;
+    c.write_all(&msg).map_err(at("send"))?;
     let mut back = vec![0u8; MSG_LEN];
-    c.read_exact(&mut back)?;
+    c.read_exact(&mut back).map_err(at("echo"))?;
     if back != msg {
         return Err(std::io::Error::other("echo differs"));
     }
-    c.shutdown(Shutdown::Write)?;
+    c.shutdown(Shutdown::Write).map_err(at("shutdown"))?;
     let mut rest = Vec::new();
-    c.read_to_end(&mut rest)?;
+    c.read_to_end(&mut rest).map_err(at("eof"))?;
     if !rest.is_empty() {
         return Err(std::io::Error::other("bytes after the echo"));
     }
@@ -117,6 +128,18 @@ fn pid_in(path: &std::path::Path) -> i32 {
 
 #[test]
 fn ten_reloads_under_a_connection_loop_refuse_and_reset_nothing() {
+    reload_loop("copy");
+}
+
+#[test]
+fn ten_reloads_under_a_connection_loop_in_sockmap_mode_refuse_and_reset_nothing() {
+    if bpf_wanted() {
+        reload_loop("sockmap");
+    }
+}
+
+/// Ten reloads under the connection loop, forwarding in `mode`.
+fn reload_loop(mode: &str) {
     let server = Server::echo();
     let shared = TempDir::new("reload");
     let port = free_port();
@@ -124,7 +147,7 @@ fn ten_reloads_under_a_connection_loop_refuse_and_reset_nothing() {
     let cfg = config(shared.path(), port, server.addr, true);
     let sock = shared.path().join("admin.sock");
     let pidfile = shared.path().join("shunt.pid");
-    let args = ["--forward-mode", "copy"];
+    let args = ["--forward-mode", mode];
 
     let mut old = Shunt::start(&cfg, &args);
     assert_eq!(pid_in(&pidfile), old.pid());
@@ -176,7 +199,22 @@ fn ten_reloads_under_a_connection_loop_refuse_and_reset_nothing() {
                 && log.contains("sockets=2"),
             "reload {round}: the new process did not take both listening sockets:\n{log}"
         );
-        if round == 1 {
+        if round == 1 && mode == "sockmap" {
+            // A kernel flow is handed to the new process: the old one exits
+            // at once and the flow goes on.
+            assert_eq!(
+                old.wait(OLD_EXIT),
+                Some(0),
+                "the old process kept running; its log:\n{}",
+                old.stderr()
+            );
+            long.write_all(b"during").expect("send on the adopted flow");
+            long.read_exact(&mut b).expect("echo after the hand-over");
+            assert_eq!(&b, b"during");
+            long.shutdown(Shutdown::Write).expect("shutdown");
+            let mut rest = Vec::new();
+            long.read_to_end(&mut rest).expect("eof");
+        } else if round == 1 {
             // The old process is soft-stopping: its open flow still works, and
             // the process waits for it.
             std::thread::sleep(Duration::from_millis(200));
@@ -193,12 +231,14 @@ fn ten_reloads_under_a_connection_loop_refuse_and_reset_nothing() {
             let mut rest = Vec::new();
             long.read_to_end(&mut rest).expect("eof");
         }
-        assert_eq!(
-            old.wait(OLD_EXIT),
-            Some(0),
-            "reload {round}: old process did not exit cleanly; its log:\n{}",
-            old.stderr()
-        );
+        if !(round == 1 && mode == "sockmap") {
+            assert_eq!(
+                old.wait(OLD_EXIT),
+                Some(0),
+                "reload {round}: old process did not exit cleanly; its log:\n{}",
+                old.stderr()
+            );
+        }
         // The successor owns the shared paths now.
         assert_eq!(pid_in(&pidfile), new.pid(), "reload {round}: pidfile");
         assert_eq!(
@@ -231,6 +271,326 @@ fn ten_reloads_under_a_connection_loop_refuse_and_reset_nothing() {
         (0, 0, 0),
         "connections failed during reloads"
     );
+}
+
+/// Long-lived kernel flows in the reload test.
+const LONG_FLOWS: usize = 100;
+/// Bytes per second each side of each long-lived flow writes.
+const LONG_RATE: usize = 64 * 1024;
+/// Period of the long-lived flows' event loop.
+const LONG_TICK: Duration = Duration::from_millis(20);
+/// Bound on each wait for the long-lived flows to make progress.
+const PROGRESS_LIMIT: Duration = Duration::from_secs(20);
+
+/// Byte `i` of the stream one side of long-lived flow `id` writes.
+fn stream_byte(id: u64, to_server: bool, i: u64) -> u8 {
+    let x = i
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(id << 1 | u64::from(to_server));
+    (x >> 29) as u8 ^ (i as u8)
+}
+
+/// One side of a long-lived flow: writes its stream, checks the peer's.
+struct Side {
+    sock: TcpStream,
+    id: u64,
+    /// Whether this side writes the client-to-server stream.
+    writes_to_server: bool,
+    written: u64,
+    read: u64,
+    write_hash: sha2::Sha256,
+    read_hash: sha2::Sha256,
+    eof: bool,
+    error: Option<String>,
+}
+
+impl Side {
+    fn new(sock: TcpStream, id: u64, writes_to_server: bool) -> Side {
+        use sha2::Digest;
+        sock.set_nonblocking(true).expect("nonblocking");
+        Side {
+            sock,
+            id,
+            writes_to_server,
+            written: 0,
+            read: 0,
+            write_hash: sha2::Sha256::new(),
+            read_hash: sha2::Sha256::new(),
+            eof: false,
+            error: None,
+        }
+    }
+
+    /// Write the stream up to `due` bytes (what the rate allows by now).
+    fn write_until(&mut self, due: u64) {
+        use sha2::Digest;
+        while self.error.is_none() && self.written < due {
+            let n = (due - self.written).min(16 * 1024) as usize;
+            let chunk: Vec<u8> = (0..n as u64)
+                .map(|k| stream_byte(self.id, self.writes_to_server, self.written + k))
+                .collect();
+            match self.sock.write(&chunk) {
+                Ok(0) => self.error = Some("write returned 0".into()),
+                Ok(w) => {
+                    self.write_hash.update(&chunk[..w]);
+                    self.written += w as u64;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) => self.error = Some(format!("write: {e}")),
+            }
+        }
+    }
+
+    /// Read what is there, checking every byte against the peer's stream.
+    fn read_available(&mut self) {
+        use sha2::Digest;
+        let mut buf = [0u8; 64 * 1024];
+        while self.error.is_none() && !self.eof {
+            match self.sock.read(&mut buf) {
+                Ok(0) => self.eof = true,
+                Ok(n) => {
+                    for (k, b) in buf[..n].iter().enumerate() {
+                        let want =
+                            stream_byte(self.id, !self.writes_to_server, self.read + k as u64);
+                        if *b != want {
+                            self.error = Some(format!(
+                                "byte {} differs: got {b:#04x}, want {want:#04x}",
+                                self.read + k as u64
+                            ));
+                            return;
+                        }
+                    }
+                    self.read_hash.update(&buf[..n]);
+                    self.read += n as u64;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) => self.error = Some(format!("read: {e}")),
+            }
+        }
+    }
+}
+
+/// The test's shared view of the long-lived flows' progress.
+#[derive(Default)]
+struct LongProgress {
+    /// Least bytes read by any side so far.
+    min_read: AtomicUsize,
+    failures: AtomicUsize,
+}
+
+fn long_flows_config(dir: &std::path::Path, port: u16, server: SocketAddr) -> String {
+    format!(
+        "global\n    nbthread 2\n    pidfile {d}/shunt.pid\n    stats socket {d}/admin.sock level admin expose-fd listeners\n\n\
+         defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 120s\n    timeout server 120s\n\n\
+         frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\n\
+         backend be\n    server s1 {server}\n",
+        d = dir.display()
+    )
+}
+
+#[test]
+fn long_kernel_flows_survive_ten_reloads_byte_exact() {
+    use sha2::Digest;
+    if !bpf_wanted() {
+        return;
+    }
+    // The hand-over needs the maps pinned: the BPF filesystem at /sys/fs/bpf
+    // (`cargo xtask setup` mounts it when it is missing).
+    let bpffs = std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf") && l.contains(" bpf "));
+    if !bpffs {
+        assert!(
+            std::env::var_os("SHUNT_REQUIRE_BPF").is_none(),
+            "the BPF filesystem is not mounted at /sys/fs/bpf (cargo xtask setup mounts it)"
+        );
+        eprintln!("!!!!! SKIPPED: no BPF filesystem at /sys/fs/bpf (cargo xtask setup mounts it)");
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind backend");
+    let backend = listener.local_addr().expect("addr");
+    let shared = TempDir::new("reload-kernel");
+    let port = free_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let cfg = long_flows_config(shared.path(), port, backend);
+    let sock = shared.path().join("admin.sock");
+    let args = ["--forward-mode", "sockmap"];
+    let mut old = Shunt::start(&cfg, &args);
+
+    // Open the flows: each client announces its id in 8 bytes, which the
+    // backend reads before the streams start.
+    let mut sides = Vec::with_capacity(2 * LONG_FLOWS);
+    listener.set_nonblocking(false).expect("blocking listener");
+    for id in 0..LONG_FLOWS as u64 {
+        let mut c = connect(addr);
+        c.write_all(&id.to_ne_bytes()).expect("send id");
+        let (mut s, _) = listener.accept().expect("accept");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut got = [0u8; 8];
+        s.read_exact(&mut got).expect("read id");
+        assert_eq!(u64::from_ne_bytes(got), id, "flows paired in order");
+        sides.push(Side::new(c, id, true));
+        sides.push(Side::new(s, id, false));
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(LongProgress::default());
+    let (st, pr) = (stop.clone(), progress.clone());
+    let pump = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        while !st.load(Ordering::Relaxed) && t0.elapsed() < LOOP_LIMIT {
+            let due = (t0.elapsed().as_secs_f64() * LONG_RATE as f64) as u64;
+            for s in sides.iter_mut() {
+                s.write_until(due);
+                s.read_available();
+            }
+            pr.min_read.store(
+                sides.iter().map(|s| s.read).min().unwrap_or(0) as usize,
+                Ordering::Relaxed,
+            );
+            pr.failures.store(
+                sides.iter().filter(|s| s.error.is_some() || s.eof).count(),
+                Ordering::Relaxed,
+            );
+            std::thread::sleep(LONG_TICK);
+        }
+        // Finish: every side closes its write side, then reads to EOF.
+        for s in sides.iter_mut() {
+            if let Err(e) = s.sock.shutdown(Shutdown::Write) {
+                s.error.get_or_insert(format!("shutdown: {e}"));
+            }
+        }
+        let t1 = Instant::now();
+        while sides.iter().any(|s| !s.eof && s.error.is_none()) && t1.elapsed() < PROGRESS_LIMIT {
+            for s in sides.iter_mut() {
+                s.read_available();
+            }
+            std::thread::sleep(LONG_TICK);
+        }
+        sides
+    });
+
+    let wait_progress = |what: &str| {
+        let from = progress.min_read.load(Ordering::Relaxed);
+        let t0 = Instant::now();
+        while progress.min_read.load(Ordering::Relaxed) < from + LONG_RATE / 4 {
+            assert_eq!(
+                progress.failures.load(Ordering::Relaxed),
+                0,
+                "{what}: a long-lived flow failed"
+            );
+            assert!(
+                t0.elapsed() < PROGRESS_LIMIT,
+                "{what}: some long-lived flow stopped transferring (min read {} bytes)",
+                progress.min_read.load(Ordering::Relaxed)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_progress("before the reloads");
+    for round in 1..=RELOADS {
+        let old_pid = old.pid().to_string();
+        let sock_s = sock.display().to_string();
+        let new = Shunt::start(
+            &cfg,
+            &[
+                args[0],
+                args[1],
+                "-x",
+                sock_s.as_str(),
+                "-sf",
+                old_pid.as_str(),
+            ],
+        );
+        let log = plain(&new.stderr());
+        assert!(
+            log.contains("took the kernel flows of the old process")
+                && log.contains(&format!("flows={LONG_FLOWS}")),
+            "reload {round}: the new process did not adopt the {LONG_FLOWS} flows:\n{log}\nold:\n{}",
+            plain(&old.stderr())
+        );
+        // The old process keeps nothing: it exits at once.
+        assert_eq!(
+            old.wait(Duration::from_secs(5)),
+            Some(0),
+            "reload {round}: the old process did not exit promptly; its log:\n{}",
+            plain(&old.stderr())
+        );
+        wait_progress(&format!("after reload {round}"));
+        old = new;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let sides = pump.join().expect("pump thread");
+    let mut problems = Vec::new();
+    for pair in sides.chunks(2) {
+        let (c, s) = (&pair[0], &pair[1]);
+        for side in [c, s] {
+            if let Some(e) = &side.error {
+                problems.push(format!(
+                    "flow {} ({}): {e}",
+                    side.id,
+                    if side.writes_to_server {
+                        "client"
+                    } else {
+                        "server"
+                    }
+                ));
+            } else if !side.eof {
+                problems.push(format!("flow {}: no EOF", side.id));
+            }
+        }
+        let up = (
+            c.written,
+            c.write_hash.clone().finalize(),
+            s.read,
+            s.read_hash.clone().finalize(),
+        );
+        let down = (
+            s.written,
+            s.write_hash.clone().finalize(),
+            c.read,
+            c.read_hash.clone().finalize(),
+        );
+        if up.0 != up.2 || up.1 != up.3 {
+            problems.push(format!(
+                "flow {}: client sent {} bytes, server got {} (SHA-256 equal: {})",
+                c.id,
+                up.0,
+                up.2,
+                up.1 == up.3
+            ));
+        }
+        if down.0 != down.2 || down.1 != down.3 {
+            problems.push(format!(
+                "flow {}: server sent {} bytes, client got {} (SHA-256 equal: {})",
+                c.id,
+                down.0,
+                down.2,
+                down.1 == down.3
+            ));
+        }
+    }
+    let total: u64 = sides.iter().map(|s| s.read).sum();
+    eprintln!(
+        "{LONG_FLOWS} kernel flows across {RELOADS} reloads: {total} bytes checked, {} problems",
+        problems.len()
+    );
+    assert!(
+        problems.is_empty(),
+        "long-lived flows:\n{}\nlast process:\n{}",
+        problems.join("\n"),
+        plain(&old.stderr())
+    );
+    let t0 = Instant::now();
+    while show_info(&sock).get("CurrConns").map(String::as_str) != Some("0") {
+        assert!(
+            t0.elapsed() < PROGRESS_LIMIT,
+            "flows still open in the last process"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]

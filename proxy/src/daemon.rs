@@ -17,6 +17,14 @@
 //! sockets in between, so a client is never refused. Under systemd the successor
 //! says `RELOADING=1` when it starts and `READY=1` with its `MAINPID=` once it
 //! serves; a process whose sockets were taken never says `STOPPING=1`.
+//!
+//! Kernel flows survive a reload: the BPF maps are pinned per instance
+//! (`crate::bpf`, "Pinned maps") and a successor started with `-x` reuses
+//! them; with `-sf`/`-st` it then asks the old process for its kernel flows
+//! (`_getflows`, [`crate::reload`]) before its workers start, and spreads the
+//! adopted flows over its workers. The old process soft-stops on that
+//! request and exits as soon as the flows it still runs in userspace end:
+//! the handed-over ones are no longer its own.
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::PathBuf;
@@ -368,12 +376,25 @@ fn drop_privileges(config: &Config) -> Result<(), DaemonError> {
 
 /// Load the BPF program when the mode may use it. `auto` without BPF warns
 /// once and runs on splice; a forced `sockmap` without BPF is a start-up error.
-fn load_bpf(config: &Config, mode: ForwardMode) -> Result<String, DaemonError> {
+fn load_bpf(config: &Config, mode: ForwardMode, reloading: bool) -> Result<String, DaemonError> {
     use crate::bpf::BpfStatus;
     if matches!(mode, ForwardMode::Splice | ForwardMode::Copy) {
         return Ok(format!("not loaded (forward-mode {})", mode.as_str()));
     }
-    match crate::handoff::sockmap::init_kernel(config.global.sockmap_max_inflight) {
+    // Pinned only where a successor can find us: the reload socket names the instance.
+    let pins = config
+        .global
+        .stats_sockets
+        .iter()
+        .find(|s| s.expose_fd_listeners)
+        .map(|s| crate::bpf::Pins {
+            dir: crate::bpf::pin_dir_for(&s.path),
+            reuse: reloading,
+        });
+    match crate::handoff::sockmap::init_kernel_pinned(
+        config.global.sockmap_max_inflight,
+        pins.as_ref(),
+    ) {
         BpfStatus::Loaded => {
             tracing::info!(
                 max_inflight = crate::handoff::sockmap::max_inflight(),
@@ -416,8 +437,23 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         }
         None => Vec::new(),
     };
-    let bpf_status = load_bpf(&config, forward_mode)?;
+    let bpf_status = load_bpf(&config, forward_mode, opts.xfer_socket.is_some())?;
+    if let Some(b) = crate::handoff::sockmap::kernel() {
+        tracing::info!(
+            pins = ?b.pin_dir(),
+            reused = b.reused_pins(),
+            "BPF maps"
+        );
+    }
     let listeners = bind_all(&config, nbthread, inherited)?;
+    // A connection to the old process for its kernel flows, made before our
+    // stats socket takes over the path; used once our paths are ours.
+    let flows_conn = match (&opts.xfer_socket, opts.old_pids.is_empty()) {
+        (Some(path), false) if crate::handoff::sockmap::kernel().is_some() => {
+            Some(crate::reload::connect(path)?)
+        }
+        _ => None,
+    };
     if config
         .global
         .stats_sockets
@@ -434,6 +470,24 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     // Stats sockets: bound before dropping privileges; files removed when this drops.
     let mut cli_sockets = crate::cli::Sockets::bind(&config)?;
     let _pidfile = PidFile::create(config.global.pidfile.as_ref())?;
+    // The old process's kernel flows. Asked only now: the request soft-stops
+    // it (clients wait in the shared accept queues), and its exit must not
+    // race our stats socket and pidfile, which are already in place (it
+    // removes only its own).
+    let mut adopted: Vec<Vec<crate::reload::AdoptedFlow>> =
+        (0..nbthread).map(|_| Vec::new()).collect();
+    if let (Some(conn), Some(path)) = (flows_conn, &opts.xfer_socket) {
+        if let Some(id) = crate::handoff::sockmap::kernel().and_then(|b| b.sockhash_id()) {
+            let flows = crate::reload::fetch_flows(conn, path, id)?;
+            tracing::info!(
+                flows = flows.len(),
+                "took the kernel flows of the old process"
+            );
+            for (i, f) in flows.into_iter().enumerate() {
+                adopted[i % nbthread].push(f);
+            }
+        }
+    }
     // The exporter's port may be privileged: bound now, served after the drop.
     let prometheus = crate::metrics::bind(&config)?;
     drop_privileges(&config)?;
@@ -465,7 +519,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     tracing::info!(nbthread, mode = ?forward_mode, "shunt started");
 
     let mut threads = Vec::with_capacity(nbthread);
-    for (tid, ls) in listeners.into_iter().enumerate() {
+    for ((tid, ls), flows) in listeners.into_iter().enumerate().zip(adopted) {
         let state = state.clone();
         let cli = if tid == 0 {
             cli_sockets.take_listeners()
@@ -480,7 +534,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         };
         let h = std::thread::Builder::new()
             .name(format!("shunt-worker-{tid}"))
-            .spawn(move || scheduler::run_worker(tid, cfg, worker_main(state, ls, cli)))
+            .spawn(move || scheduler::run_worker(tid, cfg, worker_main(state, ls, cli, flows)))
             .map_err(|source| DaemonError::Thread {
                 thread: tid,
                 source,
@@ -500,6 +554,12 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
 
     wait_for_signals(signals, &phase_tx, &state, config.global.hard_stop_after);
     crate::reload::close_exported();
+    // Stopping for good: nobody will reuse the maps.
+    if !crate::reload::handed_over() {
+        if let Some(b) = crate::handoff::sockmap::kernel() {
+            b.unpin();
+        }
+    }
     for t in threads {
         let _ = t.join();
     }
@@ -608,7 +668,8 @@ fn wait_for_signals(
         crate::reload::close_exported();
         let deadline = hard_stop_after.map(|d| tokio::time::Instant::now() + d);
         loop {
-            if state.conns.load(Ordering::Relaxed) == 0 {
+            // A hand-over in progress holds the descriptors it sends.
+            if state.conns.load(Ordering::Relaxed) == 0 && !crate::reload::handing_over() {
                 break;
             }
             let tick = tokio::time::sleep(Duration::from_millis(50));
@@ -631,6 +692,7 @@ async fn worker_main(
     state: Arc<State>,
     listeners: ThreadListeners,
     cli: Vec<crate::cli::Listener>,
+    adopted: Vec<crate::reload::AdoptedFlow>,
 ) {
     let mut phase = state.phase.clone();
     state
@@ -638,6 +700,9 @@ async fn worker_main(
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .push(scheduler::remote());
+    for f in adopted {
+        crate::reload::spawn_adopted(&state, f);
+    }
     let mut tasks = crate::cli::serve(state.clone(), cli);
     // The kernel program's aya-log records, forwarded into tracing by one
     // task on the first worker (started after the privilege drop: no thread).
@@ -685,7 +750,15 @@ fn has_room(state: &State, fe_idx: usize) -> bool {
 }
 
 /// Releases the global connection gauge when the flow ends.
-struct ConnGuard(Arc<State>);
+pub(crate) struct ConnGuard(Arc<State>);
+
+impl ConnGuard {
+    /// Count one more flow in the process until the guard drops.
+    pub(crate) fn new(state: Arc<State>) -> Self {
+        state.conns.fetch_add(1, Ordering::Relaxed);
+        ConnGuard(state)
+    }
+}
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {

@@ -19,8 +19,84 @@
 //! same listening sockets (the same accept queues), so a client that connects
 //! while the old process stops accepting waits in the queue for the new one,
 //! and is never refused.
+//!
+//! # Kernel flows (`_getflows`)
+//! Beyond HAProxy, kernel-forwarded flows move to the successor too, and the old
+//! process exits without waiting for them. The successor, started with `-x PATH
+//! -sf PID`, reuses the old process's BPF maps (pinned per instance, see
+//! `crate::bpf` "Pinned maps"), binds its stats socket and pidfile, then writes
+//! `_getflows ID` (ID: the kernel's id of its SOCKHASH) on a connection it opened
+//! to the old process before taking over the path. The old process answers
+//! [`MAPS_DIFFER`] (and keeps its flows) unless its SOCKHASH has that id; else it
+//! soft-stops (no new flow starts there), asks every kernel flow to quiesce, and
+//! sends a native-endian `i32` count, then per flow one `sendmsg` whose
+//! `SCM_RIGHTS` carries the client and server sockets and whose data is the
+//! fixed record of [`encode_flow`], followed by the record's trailer (bytes read
+//! and not yet written, names). The successor adopts each flow on a worker:
+//! the same sockets (dups of the same open files), the same map entries, the
+//! direction loops of `handoff::sockmap` continued from the handed state.
+//!
+//! # Hand-over: why no byte is lost, duplicated or reordered
+//! The kernel side never stops: the SOCKHASH entries are never deleted, the
+//! sockets never close (the old process's descriptors are dups; the files stay
+//! open through the ones in flight and then the successor's), and each psock
+//! keeps the verdict it got at insertion (`crate::bpf`, "Pinned maps"). So a
+//! redirect goes on exactly as before, and the only question is userspace's
+//! part of the protocol ("Race window" in `handoff::sockmap` and `crate::bpf`),
+//! which has one owner at every instant:
+//!
+//! 1. **Quiesce.** A flow task answers the request only at its own select
+//!    point, by dropping both direction futures. Every piece of a direction's
+//!    state lives outside its future (`sockmap::DirState`: cells), and each
+//!    field is updated right after the syscall it accounts for, with no await
+//!    in between: `read` and `unsent` right after the `recv` that took passed
+//!    bytes, `written` and `unsent` after each `write`, `ctl` after each
+//!    `FlowCtl` update, `done` after the `SHUT_WR`. Dropping the future at any
+//!    await leaves `read == written + unsent.len()` (bytes taken from the
+//!    source = bytes delivered + bytes held), and `ctl` equal to what the map
+//!    holds (the task is the map entry's only writer, Race window 6).
+//! 2. **Single owner.** The old task snapshots the state after its futures are
+//!    gone and never touches the flow again (its `Inserted` guard is disarmed:
+//!    no deletion; its descriptors close, not the sockets). The successor's
+//!    task starts from the snapshot only once it has been received. Between
+//!    the two nobody reads a socket or writes `FlowCtl`, so the kernel's view
+//!    (`passed_bytes` vs `passed_ack`) is frozen as far as userspace goes:
+//!    if bytes were passed in between they wait in the psock's queue, counted
+//!    in `passed_bytes` and not acknowledged, and the gate keeps the direction
+//!    passing (never redirecting past them) until the new owner has read,
+//!    written and acknowledged them.
+//! 3. **Bytes held in userspace.** `unsent` travels with the state and the
+//!    successor writes it first, before reading anything: the adopted loop
+//!    starts with the same "drain, then write, then acknowledge" step the old
+//!    loop would have taken (the drain is a monotonic condition on counters
+//!    that persist in the maps and sockets, so repeating it is harmless). The
+//!    acknowledgement `passed_ack = read` is only ever written when `unsent`
+//!    is empty, by whichever process wrote the last byte of it. Hence no byte
+//!    read is lost (it is written by exactly one process: bytes leave `unsent`
+//!    only when written, and `unsent` is moved, not copied, between owners),
+//!    none is written twice (`written` and `unsent` are updated per write, in
+//!    the owner's own counts), and none is reordered (passed bytes are written
+//!    in read order, after the drain, under the same gate as without reload).
+//! 4. **Counts and baselines.** The drain and the redirect bound compare the
+//!    destination's `tcpi_bytes_acked + SIOCOUTQ` against the baselines taken
+//!    at insertion plus `written`; the baselines, `written`, `read`, `ctl` and
+//!    the redirected bytes already accounted are all in the record, and the
+//!    kernel counters are in the reused maps, so the successor computes the
+//!    same numbers the old process would have.
+//! 5. **EOF.** A FIN read by the old process stays in the socket (reading EOF
+//!    consumes nothing): the successor reads it again and runs the drain
+//!    check before `SHUT_WR`. A direction whose `SHUT_WR` was already sent is
+//!    `done` and is not run again.
+//! 6. **Failures.** A flow that cannot be dup'ed, or answers after the
+//!    collection was taken, stays in the old process (registered flows are
+//!    waited for, bounded by [`QUIESCE_LIMIT`]; flows starting after the
+//!    request are never registered). If sending fails, the successor exits (a
+//!    start-up error: its copies close) and the old process continues the
+//!    collected flows itself from the same snapshots, by the same argument.
+//!    A successor whose maps differ is told so before anything is quiesced.
 
 use std::io::{Read, Write};
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -209,4 +285,604 @@ pub fn fetch_sockets(path: &Path) -> Result<Vec<OwnedFd>, ReloadError> {
         }
     }
     Ok(got)
+}
+
+// ---------------------------------------------------------------------------
+// Kernel flows across a reload (`_getflows`).
+// ---------------------------------------------------------------------------
+
+/// Tag of every flow record (`SHUNTFL1`): a peer speaking another layout is
+/// refused instead of misread.
+const FLOW_MAGIC: u64 = 0x5348_554e_5446_4c31;
+/// 64-bit words of one flow record (see [`encode_flow`]).
+const RECORD_WORDS: usize = 35;
+/// Bytes of one flow record.
+const RECORD_LEN: usize = RECORD_WORDS * 8;
+/// Longest proxy or server name carried with a flow.
+const NAME_MAX: usize = 1024;
+/// Longest passed-but-unwritten tail of one direction (the pass buffer is smaller).
+const UNSENT_MAX: usize = 4 << 20;
+/// Most flows a successor accepts (two SOCKHASH entries per flow).
+const MAX_FLOWS: usize = proxy_common::SOCKHASH_CAPACITY as usize / 2;
+/// How long the old process waits for its kernel flows to quiesce.
+const QUIESCE_LIMIT: Duration = Duration::from_secs(3);
+/// Count sent instead of flows when the two processes do not share the maps.
+const MAPS_DIFFER: i32 = -1;
+
+/// Set while this process hands its kernel flows over: the soft stop must not
+/// end (and close the descriptors being sent) before the transfer did.
+static HANDING_OVER: AtomicBool = AtomicBool::new(false);
+
+/// Whether a `_getflows` transfer is in progress.
+pub fn handing_over() -> bool {
+    HANDING_OVER.load(Ordering::Relaxed)
+}
+
+/// A kernel flow received from the predecessor.
+#[derive(Debug)]
+pub struct AdoptedFlow {
+    pub handed: crate::handoff::sockmap::Handed,
+    /// Frontend, backend and server names in the predecessor's configuration.
+    pub names: Option<[String; 3]>,
+}
+
+fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_ne_bytes());
+}
+
+/// One flow's record (fixed size, sent with both sockets) and its trailer
+/// (both directions' unsent bytes, then the three names).
+///
+/// Words: magic; both cookies; client and server baselines (acked, queued,
+/// received); redirected bytes accounted per source; per direction
+/// (client-to-server first) written, read, passed_ack, redirect_limit,
+/// ready, paused, kicks, done, unsent length; the flow's byte totals; then
+/// whether names follow and their three lengths.
+fn encode_flow(
+    h: &crate::handoff::sockmap::Handed,
+    names: Option<[&str; 3]>,
+) -> (Vec<u8>, Vec<u8>) {
+    let s = &h.snap;
+    let mut rec = Vec::with_capacity(RECORD_LEN);
+    let mut trailer = Vec::new();
+    for v in [FLOW_MAGIC, s.cookie_client, s.cookie_server] {
+        put_u64(&mut rec, v);
+    }
+    for b in [s.base_client, s.base_server] {
+        for v in [b.acked, b.queued, b.received] {
+            put_u64(&mut rec, v);
+        }
+    }
+    for v in s.seen {
+        put_u64(&mut rec, v);
+    }
+    for d in &s.dirs {
+        for v in [
+            d.written,
+            d.read,
+            d.ctl.passed_ack,
+            d.ctl.redirect_limit,
+            u64::from(d.ctl.ready),
+            u64::from(d.ctl.paused),
+            d.kicks,
+            u64::from(d.done),
+            d.unsent.len() as u64,
+        ] {
+            put_u64(&mut rec, v);
+        }
+        trailer.extend_from_slice(&d.unsent);
+    }
+    put_u64(&mut rec, h.to_server);
+    put_u64(&mut rec, h.to_client);
+    put_u64(&mut rec, u64::from(names.is_some()));
+    let names = names.unwrap_or(["", "", ""]);
+    for n in names {
+        let n = &n.as_bytes()[..n.len().min(NAME_MAX)];
+        put_u64(&mut rec, n.len() as u64);
+        trailer.extend_from_slice(n);
+    }
+    debug_assert_eq!(rec.len(), RECORD_LEN);
+    (rec, trailer)
+}
+
+/// A decoded record: the snapshot, totals and the trailer's layout.
+struct Record {
+    snap: crate::handoff::sockmap::Snapshot,
+    to_server: u64,
+    to_client: u64,
+    unsent: [usize; 2],
+    names: Option<[usize; 3]>,
+}
+
+fn decode_record(rec: &[u8]) -> Result<Record, String> {
+    use crate::handoff::sockmap::{DirSnapshot, Snapshot};
+    use crate::sys::sock::SendState;
+    let words: Vec<u64> = rec
+        .chunks_exact(8)
+        .map(|c| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            u64::from_ne_bytes(b)
+        })
+        .collect();
+    if words.len() != RECORD_WORDS || words[0] != FLOW_MAGIC {
+        return Err("not a shunt flow record".into());
+    }
+    let mut w = words[1..].iter().copied();
+    let mut next = || w.next().unwrap_or(0);
+    let (cookie_client, cookie_server) = (next(), next());
+    let mut base = || SendState {
+        acked: next(),
+        queued: next(),
+        received: next(),
+    };
+    let (base_client, base_server) = (base(), base());
+    let seen = [next(), next()];
+    let mut unsent = [0usize; 2];
+    let mut dir = |i: usize| -> Result<DirSnapshot, String> {
+        let d = DirSnapshot {
+            written: next(),
+            read: next(),
+            ctl: proxy_common::FlowCtl {
+                passed_ack: next(),
+                redirect_limit: next(),
+                ready: u32::try_from(next()).map_err(|_| "bad ready flag")?,
+                paused: u32::try_from(next()).map_err(|_| "bad paused flag")?,
+            },
+            kicks: next(),
+            done: next() != 0,
+            unsent: Vec::new(),
+        };
+        unsent[i] = usize::try_from(next())
+            .ok()
+            .filter(|n| *n <= UNSENT_MAX)
+            .ok_or("unsent bytes over the bound")?;
+        Ok(d)
+    };
+    let dirs = [dir(0)?, dir(1)?];
+    let (to_server, to_client) = (next(), next());
+    let has_names = next() != 0;
+    let mut lens = [0usize; 3];
+    for l in &mut lens {
+        *l = usize::try_from(next())
+            .ok()
+            .filter(|n| *n <= NAME_MAX)
+            .ok_or("name over the bound")?;
+    }
+    Ok(Record {
+        snap: Snapshot {
+            cookie_client,
+            cookie_server,
+            base_client,
+            base_server,
+            seen,
+            dirs,
+        },
+        to_server,
+        to_client,
+        unsent,
+        names: has_names.then_some(lens),
+    })
+}
+
+/// Serve `_getflows ID` on `conn` (a CLI connection of a socket with
+/// `expose-fd listeners`) for a successor whose SOCKHASH has id `ID`: stop
+/// accepting (soft stop), quiesce every kernel flow, send each with its two
+/// sockets, then close. With other maps (or no BPF) it sends [`MAPS_DIFFER`]
+/// and keeps its flows. If the transfer fails, the flows go on here.
+pub async fn serve_getflows(
+    state: &std::sync::Arc<crate::daemon::State>,
+    conn: BorrowedFd<'_>,
+    arg: Option<&str>,
+) -> std::io::Result<usize> {
+    let ours = crate::handoff::sockmap::kernel().and_then(|b| b.sockhash_id());
+    let theirs = arg.and_then(|a| a.parse::<u32>().ok());
+    set_blocking_with_timeouts(conn)?;
+    let mut stream = UnixStream::from(conn.try_clone_to_owned()?);
+    if ours.is_none() || ours != theirs {
+        tracing::warn!(
+            ?ours,
+            ?theirs,
+            "_getflows: the new process does not share this process's BPF maps; kernel flows stay here"
+        );
+        stream.write_all(&MAPS_DIFFER.to_ne_bytes())?;
+        return Ok(0);
+    }
+    HANDING_OVER.store(true, Ordering::SeqCst);
+    // Stop accepting first (the successor accepts on the same sockets), so
+    // that no new kernel flow starts here after the collection.
+    if let Err(e) = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::SIGUSR1) {
+        tracing::warn!(error = %e, "_getflows: cannot start the soft stop");
+    }
+    let flows = crate::handoff::sockmap::collect_handover(QUIESCE_LIMIT).await;
+    let sent = send_flows(state, &mut stream, &flows);
+    let result = match sent {
+        Ok(()) => Ok(flows.len()),
+        Err(e) => {
+            // The successor exits when a transfer fails: its copies close,
+            // ours are the flows' only sockets again. Go on with them here.
+            tracing::warn!(error = %e, flows = flows.len(), "_getflows: transfer failed; the flows go on in this process");
+            for f in flows {
+                spawn_adopted(
+                    state,
+                    AdoptedFlow {
+                        names: None,
+                        handed: f,
+                    },
+                );
+            }
+            Err(e)
+        }
+    };
+    HANDING_OVER.store(false, Ordering::SeqCst);
+    result
+}
+
+fn send_flows(
+    state: &crate::daemon::State,
+    stream: &mut UnixStream,
+    flows: &[crate::handoff::sockmap::Handed],
+) -> std::io::Result<()> {
+    let total = i32::try_from(flows.len()).unwrap_or(i32::MAX);
+    stream.write_all(&total.to_ne_bytes())?;
+    let cfg = &state.config;
+    for f in flows {
+        let names = f.route.and_then(|r| {
+            let fe = cfg.frontends.get(r.fe)?;
+            let be = cfg.backends.get(r.be)?;
+            let srv = be.servers.get(r.srv)?;
+            Some([fe.name.as_str(), be.name.as_str(), srv.name.as_str()])
+        });
+        let (rec, trailer) = encode_flow(f, names);
+        let raw = [f.client.as_raw_fd(), f.server.as_raw_fd()];
+        let iov = [std::io::IoSlice::new(&rec)];
+        let cmsg = [ControlMessage::ScmRights(&raw)];
+        let sent = sendmsg::<()>(stream.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)
+            .map_err(std::io::Error::from)?;
+        // The descriptors went with the first byte; the rest is plain data.
+        stream.write_all(&rec[sent..])?;
+        stream.write_all(&trailer)?;
+    }
+    stream.flush()
+}
+
+/// Connect to the old process's stats socket at `path` (for [`fetch_flows`]).
+pub fn connect(path: &Path) -> Result<UnixStream, ReloadError> {
+    let stream = UnixStream::connect(path).map_err(|source| ReloadError::Connect {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    set_blocking_with_timeouts(stream.as_fd()).map_err(|source| ReloadError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(stream)
+}
+
+/// The successor's side: ask the old process (`stream`, from [`connect`]
+/// to `path`) for its kernel flows (`_getflows`), given this process's
+/// SOCKHASH id. An old process that does not share the maps keeps its flows
+/// (empty answer).
+pub fn fetch_flows(
+    mut stream: UnixStream,
+    path: &Path,
+    sockhash_id: u32,
+) -> Result<Vec<AdoptedFlow>, ReloadError> {
+    let io = |source: std::io::Error| ReloadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let proto = |reason: String| ReloadError::Protocol {
+        path: path.to_path_buf(),
+        reason,
+    };
+    stream
+        .write_all(format!("_getflows {sockhash_id}\n").as_bytes())
+        .map_err(io)?;
+    let mut count = [0u8; 4];
+    if let Err(e) = stream.read_exact(&mut count) {
+        tracing::warn!(error = %e, "the old process answered nothing to _getflows: its kernel flows stay with it");
+        return Ok(Vec::new());
+    }
+    let count = i32::from_ne_bytes(count);
+    if count == MAPS_DIFFER {
+        tracing::warn!(
+            "the old process does not share our BPF maps: its kernel flows stay with it"
+        );
+        return Ok(Vec::new());
+    }
+    let total = usize::try_from(count)
+        .ok()
+        .filter(|n| *n <= MAX_FLOWS)
+        .ok_or_else(|| {
+            proto(format!(
+                "invalid flow count {count} (an old process without _getflows?)"
+            ))
+        })?;
+    let mut got = Vec::with_capacity(total);
+    for _ in 0..total {
+        got.push(recv_flow(&mut stream).map_err(|e| match e {
+            FlowRecvError::Io(e) => io(e),
+            FlowRecvError::Proto(r) => proto(r),
+        })?);
+    }
+    Ok(got)
+}
+
+enum FlowRecvError {
+    Io(std::io::Error),
+    Proto(String),
+}
+
+fn recv_flow(stream: &mut UnixStream) -> Result<AdoptedFlow, FlowRecvError> {
+    use crate::handoff::sockmap::Handed;
+    let mut rec = vec![0u8; RECORD_LEN];
+    let mut have = 0usize;
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    while have < RECORD_LEN {
+        let mut cmsg_buf = nix::cmsg_space!([RawFd; 2]);
+        let mut iov = [std::io::IoSliceMut::new(&mut rec[have..])];
+        let msg = recvmsg::<()>(
+            stream.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg_buf),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(|e| FlowRecvError::Io(e.into()))?;
+        for c in msg.cmsgs().map_err(|e| FlowRecvError::Io(e.into()))? {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                for fd in raw {
+                    // SAFETY: `fd` was just installed in this process by the
+                    // kernel for this SCM_RIGHTS message; nothing else owns it.
+                    fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+                }
+            }
+        }
+        if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+            return Err(FlowRecvError::Proto(
+                "descriptors truncated (MSG_CTRUNC)".into(),
+            ));
+        }
+        if msg.bytes == 0 {
+            return Err(FlowRecvError::Proto(
+                "connection closed inside a flow record".into(),
+            ));
+        }
+        have += msg.bytes;
+    }
+    let r = decode_record(&rec).map_err(FlowRecvError::Proto)?;
+    if fds.len() != 2 {
+        return Err(FlowRecvError::Proto(format!(
+            "a flow came with {} descriptors instead of 2",
+            fds.len()
+        )));
+    }
+    let mut snap = r.snap;
+    for (d, n) in snap.dirs.iter_mut().zip(r.unsent) {
+        d.unsent = vec![0u8; n];
+        stream
+            .read_exact(&mut d.unsent)
+            .map_err(FlowRecvError::Io)?;
+    }
+    let names = match r.names {
+        Some(lens) => {
+            let mut out: [String; 3] = Default::default();
+            for (o, n) in out.iter_mut().zip(lens) {
+                let mut b = vec![0u8; n];
+                stream.read_exact(&mut b).map_err(FlowRecvError::Io)?;
+                *o = String::from_utf8_lossy(&b).into_owned();
+            }
+            Some(out)
+        }
+        None => None,
+    };
+    let server = fds
+        .pop()
+        .ok_or_else(|| FlowRecvError::Proto("no server socket".into()))?;
+    let client = fds
+        .pop()
+        .ok_or_else(|| FlowRecvError::Proto("no client socket".into()))?;
+    Ok(AdoptedFlow {
+        handed: Handed {
+            snap,
+            client,
+            server,
+            to_server: r.to_server,
+            to_client: r.to_client,
+            route: None,
+        },
+        names,
+    })
+}
+
+/// The route of an adopted flow in this process's configuration: by the
+/// names the predecessor sent, else (a flow this process handed over and
+/// took back) as it was.
+fn route_of(
+    config: &crate::config::Config,
+    flow: &AdoptedFlow,
+) -> Option<crate::handoff::FlowRoute> {
+    let Some([fe, be, srv]) = &flow.names else {
+        return flow.handed.route;
+    };
+    let fe = config.frontends.iter().position(|f| &f.name == fe)?;
+    let bi = config.backends.iter().position(|b| &b.name == be)?;
+    let srv = config.backends[bi]
+        .servers
+        .iter()
+        .position(|s| &s.name == srv)?;
+    Some(crate::handoff::FlowRoute { fe, be: bi, srv })
+}
+
+/// Live counting of an adopted flow (frontend, backend, server when known).
+struct AdoptedMeter<'a> {
+    ctrs: Option<[&'a crate::stats::Counters; 3]>,
+    route: Option<crate::handoff::FlowRoute>,
+}
+
+impl crate::handoff::Meter for AdoptedMeter<'_> {
+    fn to_server(&self, n: u64) {
+        for c in self.ctrs.iter().flatten() {
+            c.add_in(n);
+        }
+    }
+    fn to_client(&self, n: u64) {
+        for c in self.ctrs.iter().flatten() {
+            c.add_out(n);
+        }
+    }
+    fn route(&self) -> Option<crate::handoff::FlowRoute> {
+        self.route
+    }
+}
+
+/// Keeps the `scur` gauges of an adopted flow open while alive.
+struct Gauges<'a>(Option<[&'a crate::stats::Counters; 3]>);
+
+impl Drop for Gauges<'_> {
+    fn drop(&mut self) {
+        for c in self.0.iter().flatten() {
+            c.close();
+        }
+    }
+}
+
+/// Run an adopted kernel flow on the current worker: registered for `show
+/// sess` and `shutdown session`, counted in the global and proxy gauges and
+/// in its frontend, backend and server counters, logged when it ends (its
+/// log line's timers start at the adoption). It holds no server slot.
+pub fn spawn_adopted(state: &std::sync::Arc<crate::daemon::State>, flow: AdoptedFlow) {
+    use crate::scheduler::{self, Class};
+    use crate::stats::flows;
+    let route = route_of(&state.config, &flow);
+    let AdoptedFlow { handed, .. } = flow;
+    let crate::handoff::sockmap::Handed {
+        snap,
+        client,
+        server,
+        to_server,
+        to_client,
+        ..
+    } = handed;
+    let client = std::net::TcpStream::from(client);
+    let server = std::net::TcpStream::from(server);
+    let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+    let peer = client.peer_addr().unwrap_or(unspecified);
+    let reg = flows::Registered::new(route.map_or(0, |r| r.fe), peer, client.as_raw_fd());
+    let id = reg.id();
+    let server_addr = server.peer_addr().ok();
+    let fd_server = server.as_raw_fd();
+    flows::update(id, |f| {
+        f.be = route.map(|r| r.be);
+        f.srv = route.map(|r| r.srv);
+        f.server = server_addr;
+        f.fd_server = fd_server;
+        f.mode = Some("sockmap");
+    });
+    let guard = crate::daemon::ConnGuard::new(state.clone());
+    let st = state.clone();
+    let mut phase = state.phase.clone();
+    let task = scheduler::spawn(Class::Normal, scheduler::FLOW_TASK, async move {
+        let _guard = guard;
+        let _reg = reg;
+        tokio::select! {
+            () = run_adopted(st, client, server, peer, snap, (to_server, to_client), route) => {}
+            _ = phase.wait_for(|p| *p == crate::daemon::Phase::HardStop) => {}
+        }
+    });
+    flows::set_task(id, task);
+}
+
+async fn run_adopted(
+    state: std::sync::Arc<crate::daemon::State>,
+    client: std::net::TcpStream,
+    server: std::net::TcpStream,
+    peer: SocketAddr,
+    snap: crate::handoff::sockmap::Snapshot,
+    prior: (u64, u64),
+    route: Option<crate::handoff::FlowRoute>,
+) {
+    use crate::handoff::{End, FlowTimeouts};
+    use crate::stats::Event;
+    let streams = client
+        .set_nonblocking(true)
+        .and_then(|()| server.set_nonblocking(true))
+        .and_then(|()| {
+            Ok((
+                tokio::net::TcpStream::from_std(client)?,
+                tokio::net::TcpStream::from_std(server)?,
+            ))
+        });
+    let (client, server) = match streams {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot register an adopted flow's sockets: closing it");
+            return;
+        }
+    };
+    let ctrs = route.and_then(|r| {
+        Some([
+            state.stats.frontends.get(r.fe)?,
+            state.stats.backends.get(r.be)?,
+            state.stats.servers.get(r.be)?.get(r.srv)?,
+        ])
+    });
+    let mut log = route.map(|r| {
+        let mut log = crate::log::FlowGuard::new(&state, r.fe, peer, client.local_addr().ok());
+        log.routed(r.be);
+        log.assigned(r.srv);
+        log.connected(server.peer_addr().ok(), server.local_addr().ok());
+        log
+    });
+    for c in ctrs.iter().flatten() {
+        c.open();
+    }
+    let _gauges = Gauges(ctrs);
+    let timeouts = match route {
+        Some(r) => crate::session::flow_timeouts(
+            &state.config.frontends[r.fe],
+            &state.config.backends[r.be],
+        ),
+        None => FlowTimeouts::default(),
+    };
+    let meter = AdoptedMeter { ctrs, route };
+    let out = crate::handoff::resume(client, server, snap, prior, timeouts, &meter).await;
+    if out.handed_over {
+        if let Some(l) = log.as_mut() {
+            l.discard();
+        }
+        return;
+    }
+    state.flows_by_mode[0].fetch_add(1, Ordering::Relaxed);
+    crate::metrics::flow_done(0, out.to_server + out.to_client);
+    if let Some(l) = log.as_mut() {
+        l.forwarded(
+            out.to_server,
+            out.to_client,
+            "sockmap",
+            crate::log::cause_of(&out.end),
+        );
+    }
+    if let Some([fe, be, srv]) = ctrs {
+        match &out.end {
+            End::Done => {}
+            End::ClientReset => {
+                for c in [fe, be, srv] {
+                    c.event(Event::ClientAbort);
+                }
+            }
+            End::ServerReset => {
+                for ev in [Event::ServerAbort, Event::RespError] {
+                    srv.event(ev);
+                }
+                be.event(Event::ServerAbort);
+            }
+            End::ClientTimeout | End::ServerTimeout => {
+                fe.event(Event::Timeout);
+                be.event(Event::Timeout);
+            }
+            End::Error(_) => be.event(Event::RespError),
+        }
+    }
+    tracing::debug!(%peer, to_server = out.to_server, to_client = out.to_client, end = ?out.end, "adopted flow closed");
 }

@@ -44,6 +44,7 @@ struct FlowMeter<'a> {
     fe: &'a Counters,
     be: &'a Counters,
     srv: &'a Counters,
+    route: handoff::FlowRoute,
 }
 
 impl Meter for FlowMeter<'_> {
@@ -56,6 +57,9 @@ impl Meter for FlowMeter<'_> {
         self.fe.add_out(n);
         self.be.add_out(n);
         self.srv.add_out(n);
+    }
+    fn route(&self) -> Option<handoff::FlowRoute> {
+        Some(self.route)
     }
 }
 
@@ -160,7 +164,7 @@ fn choose_mode(state: &State, fe: &Frontend, be: &Backend) -> Mode {
     }
 }
 
-fn flow_timeouts(fe: &Frontend, be: &Backend) -> FlowTimeouts {
+pub(crate) fn flow_timeouts(fe: &Frontend, be: &Backend) -> FlowTimeouts {
     FlowTimeouts {
         client: fe.timeouts.client,
         server: be.timeouts.server,
@@ -361,6 +365,11 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
         fe: fe_ctr,
         be: be_ctr,
         srv: srv_ctr,
+        route: handoff::FlowRoute {
+            fe: fe_idx,
+            be: be_idx,
+            srv: srv_idx,
+        },
     };
     let mode = choose_mode(&state, fe, be);
     let server_addr = server.peer_addr().ok();
@@ -380,6 +389,11 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
         &meter,
     )
     .await;
+    if out.handed_over {
+        // A reload took the flow over: the successor counts and logs its end.
+        log.discard();
+        return;
+    }
     let mode_idx = match out.mode {
         Mode::Sockmap => 0,
         Mode::Splice => 1,

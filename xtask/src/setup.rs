@@ -63,7 +63,38 @@ pub const PIP_PACKAGES: &[(&str, &str)] = &[
 pub fn all() -> Result<()> {
     toolchain()?;
     debian_packages()?;
-    pip_packages()
+    pip_packages()?;
+    bpf_filesystem();
+    Ok(())
+}
+
+/// Where the BPF filesystem is expected (shunt pins its maps below it so kernel
+/// flows survive a reload).
+const BPFFS: &str = "/sys/fs/bpf";
+
+/// Mounts the BPF filesystem at [`BPFFS`] when it is not (systemd does it at boot;
+/// bare VMs and containers may not). Needs root; without it, or if the mount fails,
+/// one line says so and shunt runs without pinned maps (reloads then leave kernel
+/// flows with the old process).
+pub fn bpf_filesystem() {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    if is_bpffs_mounted(&mounts) {
+        println!("xtask: BPF filesystem mounted at {BPFFS}");
+        return;
+    }
+    match proc::run("mount", &["-t", "bpf", "bpf", BPFFS]) {
+        Ok(()) => println!("xtask: mounted the BPF filesystem at {BPFFS}"),
+        Err(e) => println!("xtask: BPF filesystem not mounted at {BPFFS} ({e:#}): reloads keep kernel flows in the old process"),
+    }
+}
+
+/// Whether `/proc/mounts` lists a `bpf` filesystem at [`BPFFS`].
+fn is_bpffs_mounted(mounts: &str) -> bool {
+    mounts.lines().any(|l| {
+        let mut f = l.split_whitespace();
+        let (_, point, fstype) = (f.next(), f.next(), f.next());
+        point == Some(BPFFS) && fstype == Some("bpf")
+    })
 }
 
 /// Installs the missing ones of `PIP_PACKAGES` for the `python3` on PATH (the one the
@@ -201,6 +232,15 @@ fn deb_installed(package: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn bpffs_is_recognised_in_proc_mounts() {
+        let with = "sysfs /sys sysfs rw 0 0\nbpf /sys/fs/bpf bpf rw,nosuid 0 0\n";
+        assert!(super::is_bpffs_mounted(with));
+        let without = "sysfs /sys sysfs rw 0 0\nnone /sys/fs/bpf tmpfs rw 0 0\n";
+        assert!(!super::is_bpffs_mounted(without));
+    }
+
     use super::*;
 
     #[test]

@@ -74,9 +74,25 @@
 //!
 //! Cookies are never reused within a boot, so a stale entry cannot alias a
 //! new socket.
+//!
+//! # Pinned maps
+//! With [`Pins`], the four data maps (SOCKHASH, control, counters, per-CPU
+//! counters) are pinned as `DIR/<map name>` on the BPF filesystem, DIR being
+//! one directory per instance under [`PIN_ROOT`] ([`pin_dir_for`]). A fresh
+//! start replaces what it finds there; a reload (`reuse`) opens the pinned
+//! maps instead of creating new ones, so the SOCKHASH entries and flow state
+//! of its predecessor's flows are the ones it works on. Its own program is
+//! then attached to that SOCKHASH, which replaces the map's program for
+//! sockets inserted *later* only: a psock takes its own reference to the
+//! verdict when the socket is inserted, so the predecessor's sockets keep
+//! running the predecessor's program (identical code over the same maps)
+//! for their whole life, even after that process exits, and no segment meets
+//! a socket without a verdict. The log ring buffer is not pinned: records of
+//! the old program are dropped once nobody drains them, never segments.
 
 use std::future::Future;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use aya::maps::{HashMap as AyaHashMap, IterableMap, MapData, MapError, PerCpuArray, SockHash};
@@ -108,6 +124,54 @@ const BPF_EXIST: u64 = 2;
 
 /// `tracing` target of the events forwarded from the program's log records.
 pub const EBPF_LOG_TARGET: &str = "proxy::bpf::kernel";
+
+/// Where each instance's pinned maps live (one directory per instance).
+pub const PIN_ROOT: &str = "/sys/fs/bpf/shunt";
+/// The maps pinned and reused across reloads (the verdict's whole state).
+pub const PINNED_MAPS: [&str; 4] = [SOCKHASH_NAME, FLOW_CTL_NAME, FLOW_STATS_NAME, COUNTERS_NAME];
+/// Longest instance directory name (a path component is at most 255 bytes).
+const PIN_NAME_MAX: usize = 200;
+
+/// Where the maps are pinned, and whether pins found there are reused (a
+/// reload) or replaced (a fresh start: they belong to a process that is gone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pins {
+    pub dir: PathBuf,
+    pub reuse: bool,
+}
+
+/// The pin directory of the instance whose reload socket (the stats socket
+/// with `expose-fd listeners`, the same for every generation) is `socket`:
+/// `PIN_ROOT/<the path with '/' and '.' as '_'>` (the BPF filesystem refuses
+/// names with a dot). Two instances cannot bind the same socket, so they
+/// never share maps.
+pub fn pin_dir_for(socket: &Path) -> PathBuf {
+    let mut name: String = socket
+        .to_string_lossy()
+        .chars()
+        .map(|c| {
+            if c == '/' || c == '.' || c.is_control() {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect();
+    let trimmed = name.trim_start_matches('_').to_string();
+    name = if trimmed.is_empty() {
+        "default".into()
+    } else {
+        trimmed
+    };
+    if name.len() > PIN_NAME_MAX {
+        let mut cut = name.len() - PIN_NAME_MAX;
+        while !name.is_char_boundary(cut) {
+            cut += 1;
+        }
+        name = name[cut..].to_string();
+    }
+    Path::new(PIN_ROOT).join(name)
+}
 
 /// Process-wide result of the last [`Bpf::load`].
 static STATUS: Mutex<Option<BpfStatus>> = Mutex::new(None);
@@ -340,6 +404,10 @@ pub struct Bpf {
     /// The program's log ring buffer until [`Bpf::take_logger`] takes it;
     /// `None` from the start when the object logs nothing.
     logger: Mutex<Option<EbpfLogger<TracingForward>>>,
+    /// Where the maps are pinned (`None`: not pinned).
+    pinned: Option<PathBuf>,
+    /// The maps were a predecessor's (opened from their pins).
+    reused: bool,
 }
 
 const _: fn() = || {
@@ -361,7 +429,14 @@ impl Bpf {
     /// Loads the embedded object, attaches the verdict to the SOCKHASH and
     /// records the outcome for [`status`].
     pub fn load() -> Result<Bpf, BpfError> {
-        let result = Self::load_inner();
+        Self::load_pinned(None)
+    }
+
+    /// [`Bpf::load`] with the data maps pinned (and reused) as `pins` says.
+    /// If the pin directory cannot be made (no BPF filesystem), the maps are
+    /// not pinned: a warning, and kernel flows will not survive a reload.
+    pub fn load_pinned(pins: Option<&Pins>) -> Result<Bpf, BpfError> {
+        let result = Self::load_inner(pins.and_then(prepare_pins));
         record_status(match &result {
             Ok(_) => BpfStatus::Loaded,
             Err(e) => BpfStatus::Unavailable(e.reason()),
@@ -370,18 +445,25 @@ impl Bpf {
     }
 
     #[cfg(shunt_no_bpf)]
-    fn load_inner() -> Result<Bpf, BpfError> {
+    fn load_inner(_pins: Option<(PathBuf, bool)>) -> Result<Bpf, BpfError> {
         Err(BpfError::NotBuilt)
     }
 
     #[cfg(not(shunt_no_bpf))]
-    fn load_inner() -> Result<Bpf, BpfError> {
+    fn load_inner(pins: Option<(PathBuf, bool)>) -> Result<Bpf, BpfError> {
         raise_memlock_limit();
         let level = kernel_log_level(LevelFilter::current());
+        let mut loader = aya::EbpfLoader::new();
         // must_exist false: an object without log records has no level.
-        let mut ebpf = aya::EbpfLoader::new()
-            .override_global(aya_log::LEVEL, &level, false)
-            .load(OBJECT)?;
+        loader.override_global(aya_log::LEVEL, &level, false);
+        let pin_paths: Vec<(&'static str, PathBuf)> = match &pins {
+            Some((dir, _)) => PINNED_MAPS.iter().map(|m| (*m, dir.join(m))).collect(),
+            None => Vec::new(),
+        };
+        for (name, path) in &pin_paths {
+            loader.map_pin_path(name, path.as_path());
+        }
+        let mut ebpf = loader.load(OBJECT)?;
         let socks: SockHash<MapData, SockKey> = take(&mut ebpf, SOCKHASH_NAME)?;
         let flow_ctl = take(&mut ebpf, FLOW_CTL_NAME)?;
         let flow_stats = take(&mut ebpf, FLOW_STATS_NAME)?;
@@ -409,7 +491,37 @@ impl Bpf {
             flow_stats,
             counters,
             logger: Mutex::new(logger),
+            reused: pins.as_ref().is_some_and(|(_, reused)| *reused),
+            pinned: pins.map(|(dir, _)| dir),
         })
+    }
+
+    /// Where the maps are pinned, if they are.
+    pub fn pin_dir(&self) -> Option<&Path> {
+        self.pinned.as_deref()
+    }
+
+    /// Remove the pins (the process stops for good: no successor took its
+    /// maps). The maps go when their last holder closes them.
+    pub fn unpin(&self) {
+        let Some(dir) = &self.pinned else {
+            return;
+        };
+        for m in PINNED_MAPS {
+            let _ = std::fs::remove_file(dir.join(m));
+        }
+        let _ = std::fs::remove_dir(dir);
+    }
+
+    /// Whether the maps were opened from a predecessor's pins.
+    pub fn reused_pins(&self) -> bool {
+        self.reused
+    }
+
+    /// The kernel's id of the SOCKHASH: two processes share their maps when
+    /// their ids are equal.
+    pub fn sockhash_id(&self) -> Option<u32> {
+        self.socks.map().info().ok().map(|i| i.id())
     }
 
     /// The task that forwards the program's log records into `tracing`
@@ -623,6 +735,40 @@ impl Bpf {
     fn delete_raw(&self, key: SockKey) -> std::io::Result<()> {
         bpf_sys::delete(raw_fd(&self.socks), &key)
     }
+}
+
+/// Make the pin directory and, unless reusing, remove stale pins. Returns the
+/// directory and whether every map is already pinned there (to be reused).
+fn prepare_pins(pins: &Pins) -> Option<(PathBuf, bool)> {
+    if let Err(e) = std::fs::create_dir_all(&pins.dir) {
+        tracing::warn!(
+            dir = %pins.dir.display(),
+            error = %e,
+            "cannot make the BPF pin directory (is the BPF filesystem mounted at /sys/fs/bpf?): \
+             maps not pinned, kernel flows will not survive a reload"
+        );
+        return None;
+    }
+    let present = PINNED_MAPS
+        .iter()
+        .filter(|m| pins.dir.join(m).exists())
+        .count();
+    if pins.reuse && present == PINNED_MAPS.len() {
+        return Some((pins.dir.clone(), true));
+    }
+    // A fresh start, or an incomplete set: the pins belong to no live
+    // predecessor we could continue; a new set replaces them.
+    for m in PINNED_MAPS {
+        match std::fs::remove_file(pins.dir.join(m)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(map = m, error = %e, "cannot remove a stale BPF pin: maps not pinned");
+                return None;
+            }
+        }
+    }
+    Some((pins.dir.clone(), false))
 }
 
 /// Drains the ring buffer whenever it becomes readable, until an error.

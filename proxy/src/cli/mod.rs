@@ -451,6 +451,18 @@ fn getsocks(sess: &Session) {
     }
 }
 
+/// `_getflows ID`: hand the kernel flows over the connection's own socket.
+async fn getflows(ctx: &Ctx, sess: &Session, arg: Option<&str>) {
+    let Some(fd) = &sess.fd_passing else {
+        return;
+    };
+    use std::os::fd::AsFd;
+    match crate::reload::serve_getflows(&ctx.state, fd.as_fd(), arg).await {
+        Ok(n) => tracing::warn!(flows = n, "_getflows: kernel flows handed to a new process"),
+        Err(e) => tracing::warn!(error = %e, "_getflows: transfer failed"),
+    }
+}
+
 /// Drive one CLI connection until it closes. Generic over the stream so tests can use
 /// socket pairs.
 pub async fn serve_conn<S>(ctx: &Ctx, mut stream: S, mut sess: Session)
@@ -495,6 +507,13 @@ where
                             // nothing without `expose-fd listeners`), then close.
                             let _ = send(ctx, &mut stream, &out).await;
                             getsocks(&sess);
+                            return;
+                        }
+                        if req.words.first().map(String::as_str) == Some("_getflows") {
+                            // shunt's reload of kernel flows: the flows and their
+                            // sockets (nothing without `expose-fd listeners`).
+                            let _ = send(ctx, &mut stream, &out).await;
+                            getflows(ctx, &sess, req.words.get(1).map(String::as_str)).await;
                             return;
                         }
                         let cmd = command::parse(&req);

@@ -65,6 +65,18 @@ pub struct FlowTimeouts {
 pub trait Meter {
     fn to_server(&self, n: u64);
     fn to_client(&self, n: u64);
+    /// Where the flow is counted, so a successor adopting it counts it there too.
+    fn route(&self) -> Option<FlowRoute> {
+        None
+    }
+}
+
+/// Indexes of the proxies a flow is counted in (this process's configuration).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowRoute {
+    pub fe: usize,
+    pub be: usize,
+    pub srv: usize,
 }
 
 /// Why a flow ended.
@@ -88,6 +100,9 @@ pub struct Outcome {
     /// splice unsupported mid-flow in either direction).
     pub mode: Mode,
     pub end: End,
+    /// The flow was handed to a successor process (a reload) and goes on
+    /// there: this process must neither log nor count its end.
+    pub handed_over: bool,
 }
 
 static PIPES: PipePool = PipePool::new(None, DEFAULT_MAX_PIPES);
@@ -148,10 +163,14 @@ pub(crate) async fn forward_in(
             &server,
             std::mem::take(&mut pending),
             timeouts,
+            meter.route(),
         )
         .await
         {
-            Ok(end) => return finish(&flow, &client, &server, Mode::Sockmap, end),
+            Ok(KernelEnd::Ended(end)) => {
+                return finish(&flow, &client, &server, Mode::Sockmap, end)
+            }
+            Ok(KernelEnd::HandedOver) => return handed_over(&flow),
             Err(KernelFallback::Splice(why)) => {
                 tracing::debug!(reason = %why, "flow not eligible for sockmap; splicing");
                 mode = Mode::Splice;
@@ -193,6 +212,13 @@ enum KernelFallback {
     Failed(End),
 }
 
+/// How the kernel part of a flow ended in this process.
+enum KernelEnd {
+    Ended(End),
+    /// Handed to a successor: the sockets and the map entries live on there.
+    HandedOver,
+}
+
 /// Sockmap mode: flush `pending`, insert the pair, watch both directions,
 /// remove the pair. See `sockmap`'s "Race window".
 async fn forward_kernel(
@@ -201,7 +227,8 @@ async fn forward_kernel(
     server: &TcpStream,
     pending: Vec<u8>,
     timeouts: FlowTimeouts,
-) -> Result<End, KernelFallback> {
+    route: Option<FlowRoute>,
+) -> Result<KernelEnd, KernelFallback> {
     if let Err(e) = copy::write_all(flow, CLIENT_TO_SERVER, server, &pending).await {
         return Err(KernelFallback::Failed(e.into_end()));
     }
@@ -210,11 +237,76 @@ async fn forward_kernel(
         Err(sockmap::NotEligible::Fallback(why)) => return Err(KernelFallback::Splice(why)),
         Err(sockmap::NotEligible::Abort(e)) => return Err(KernelFallback::Failed(End::Error(e))),
     };
-    let end = {
-        let c2s = sockmap::run(flow, &ins, CLIENT_TO_SERVER, client, server);
-        let s2c = sockmap::run(flow, &ins, SERVER_TO_CLIENT, server, client);
-        drive(flow, &timeouts, c2s, s2c, &|| ins.account_all(flow)).await
+    let st = [
+        sockmap::DirState::new(&ins, CLIENT_TO_SERVER),
+        sockmap::DirState::new(&ins, SERVER_TO_CLIENT),
+    ];
+    Ok(run_kernel(flow, client, server, ins, st, timeouts, (0, 0), route).await)
+}
+
+/// Watch an inserted pair until it ends, or until a reload asks for it
+/// (`sockmap::Member`): then the directions are dropped where they wait
+/// (their state is in `st`, see `sockmap::DirState`), the state and dups of
+/// both sockets go to the collection, and the map entries stay. `prior` is
+/// what the flow forwarded in earlier processes (client to server, server
+/// to client).
+#[allow(clippy::too_many_arguments)]
+async fn run_kernel(
+    flow: &Flow<'_>,
+    client: &TcpStream,
+    server: &TcpStream,
+    ins: sockmap::Inserted,
+    st: [sockmap::DirState; 2],
+    timeouts: FlowTimeouts,
+    prior: (u64, u64),
+    route: Option<FlowRoute>,
+) -> KernelEnd {
+    let mut member = sockmap::Member::join();
+    let end = loop {
+        let asked = {
+            let c2s = sockmap::run(flow, &ins, CLIENT_TO_SERVER, client, server, &st[0]);
+            let s2c = sockmap::run(flow, &ins, SERVER_TO_CLIENT, server, client, &st[1]);
+            let refresh = || ins.account_all(flow);
+            let driven = drive(flow, &timeouts, c2s, s2c, &refresh);
+            tokio::select! {
+                end = driven => Err(end),
+                () = member.requested() => Ok(()),
+            }
+            // Both directions' futures are dropped here, wherever they waited.
+        };
+        match asked {
+            Err(end) => break end,
+            Ok(()) => {
+                ins.account_all(flow);
+                let dups = client
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .and_then(|c| Ok((c, server.as_fd().try_clone_to_owned()?)));
+                let (c, s) = match dups {
+                    Ok(d) => d,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot hand a kernel flow over; it stays here");
+                        member.leave();
+                        continue;
+                    }
+                };
+                let handed = sockmap::Handed {
+                    snap: ins.snapshot(&st[0], &st[1]),
+                    client: c,
+                    server: s,
+                    to_server: prior.0 + flow.to_server(),
+                    to_client: prior.1 + flow.to_client(),
+                    route,
+                };
+                if member.offer(handed) {
+                    ins.disarm();
+                    return KernelEnd::HandedOver;
+                }
+                // Too late for the collection: go on here.
+            }
+        }
     };
+    drop(member);
     ins.account_all(flow);
     if !matches!(end, End::Done) {
         ins.debug_state(client, server);
@@ -222,7 +314,56 @@ async fn forward_kernel(
     // Dropping `ins` deletes both SOCKHASH keys and flow entries before the
     // sockets close.
     drop(ins);
-    Ok(end)
+    KernelEnd::Ended(end)
+}
+
+/// Continue a kernel flow a predecessor handed over (see `crate::reload`):
+/// its pair is still in the pinned maps and its directions go on from the
+/// handed state. Counts and totals include what earlier processes forwarded.
+pub async fn resume(
+    client: TcpStream,
+    server: TcpStream,
+    handed: sockmap::Snapshot,
+    prior: (u64, u64),
+    timeouts: FlowTimeouts,
+    meter: &dyn Meter,
+) -> Outcome {
+    let flow = Flow::new(meter);
+    let ins = match sockmap::Inserted::adopt(&client, &server, &handed) {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot adopt a kernel flow: closing it");
+            let mut out = finish(&flow, &client, &server, Mode::Sockmap, End::Error(e));
+            out.to_server += prior.0;
+            out.to_client += prior.1;
+            return out;
+        }
+    };
+    let [c2s, s2c] = handed.dirs;
+    let st = [
+        sockmap::DirState::from_snapshot(c2s),
+        sockmap::DirState::from_snapshot(s2c),
+    ];
+    let route = meter.route();
+    let end = run_kernel(&flow, &client, &server, ins, st, timeouts, prior, route).await;
+    let mut out = match end {
+        KernelEnd::Ended(end) => finish(&flow, &client, &server, Mode::Sockmap, end),
+        KernelEnd::HandedOver => handed_over(&flow),
+    };
+    out.to_server += prior.0;
+    out.to_client += prior.1;
+    out
+}
+
+/// The outcome of a flow handed to a successor.
+fn handed_over(flow: &Flow<'_>) -> Outcome {
+    Outcome {
+        to_server: flow.to_server(),
+        to_client: flow.to_client(),
+        mode: Mode::Sockmap,
+        end: End::Done,
+        handed_over: true,
+    }
 }
 
 /// Propagate a reset to the other side and build the outcome.
@@ -250,6 +391,7 @@ fn finish(
         to_client: flow.to_client(),
         mode: used,
         end,
+        handed_over: false,
     }
 }
 

@@ -47,6 +47,10 @@
 //! * **Teardown.** Both SOCKHASH keys and both flow entries are deleted when
 //!   the flow ends, on every path (a guard's `Drop`), before the sockets
 //!   close. A clean end has drained both directions first.
+//! * **Reload.** A flow may instead be handed to a successor process with its
+//!   entries kept (the guard disarmed) and its directions' state moved in a
+//!   [`Snapshot`]; the argument that this loses, repeats and reorders nothing
+//!   is "Hand-over" in `crate::reload`.
 //!
 //! # Backpressure
 //! A redirect consumes the source's receive queue, so TCP flow control stops
@@ -57,11 +61,11 @@
 //! with any proxy. Below half the bound it clears `paused`; the gate resumes
 //! redirection once userspace has caught up.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use proxy_common::{FlowCtl, SockKey};
@@ -134,13 +138,22 @@ pub fn info() -> KernelInfo {
 /// Load the BPF program once for the process. Returns the loaded handle's
 /// status; on failure the reason is one line for operators.
 pub fn init_kernel(max_inflight: Option<usize>) -> BpfStatus {
+    init_kernel_pinned(max_inflight, None)
+}
+
+/// [`init_kernel`] with the maps pinned (and reused on a reload), see
+/// `crate::bpf`'s "Pinned maps".
+pub fn init_kernel_pinned(
+    max_inflight: Option<usize>,
+    pins: Option<&crate::bpf::Pins>,
+) -> BpfStatus {
     if let Some(m) = max_inflight {
         MAX_INFLIGHT.store(m.max(MIN_MAX_INFLIGHT), Ordering::Relaxed);
     }
     if KERNEL.get().is_some() {
         return BpfStatus::Loaded;
     }
-    match Bpf::load() {
+    match Bpf::load_pinned(pins) {
         Ok(b) => {
             let _ = KERNEL.set(b);
             BpfStatus::Loaded
@@ -177,11 +190,15 @@ pub struct Inserted {
     base_server: SendState,
     /// Redirected bytes already accounted, per source (client, server).
     seen: [Cell<u64>; 2],
+    /// Cleared when the flow was handed to another process: the entries stay.
+    armed: Cell<bool>,
 }
 
 impl Drop for Inserted {
     fn drop(&mut self) {
-        self.bpf.remove_pair(self.cookie_client, self.cookie_server);
+        if self.armed.get() {
+            self.bpf.remove_pair(self.cookie_client, self.cookie_server);
+        }
     }
 }
 
@@ -229,6 +246,7 @@ pub fn insert(client: &TcpStream, server: &TcpStream) -> Result<Inserted, NotEli
         base_client,
         base_server,
         seen: [Cell::new(0), Cell::new(0)],
+        armed: Cell::new(true),
     };
     // Switch each direction on: ready, nothing passed yet, and the
     // kernel-kept bound. Then kick the socket so queued bytes meet the verdict.
@@ -348,23 +366,144 @@ fn passed(ins: &Inserted, dir: Dir) -> Result<u64, DirError> {
         .map_err(|e| DirError::new(dir.from, io::Error::other(e.to_string())))
 }
 
-/// Per-direction userspace state.
-struct DirState {
-    /// Bytes userspace wrote to `to` since the baseline.
-    written: u64,
-    /// Bytes userspace read from `from` (the acknowledgement it gives).
-    acked: u64,
+/// Per-direction userspace state. Every field lives outside the direction's
+/// future (cells), so dropping that future at any await point leaves a state
+/// another task (or process) can continue from: see "Hand-over".
+pub(crate) struct DirState {
+    /// Bytes userspace wrote to `to` since the baseline (passed bytes only).
+    written: Cell<u64>,
+    /// Bytes userspace read from `from` (passed by the verdict); it becomes
+    /// the acknowledgement (`passed_ack`) once `unsent` is empty.
+    read: Cell<u64>,
     /// This direction's control as last written (this task is its only writer).
-    ctl: FlowCtl,
+    ctl: Cell<FlowCtl>,
     /// Times unprocessed bytes were found in the TCP receive queue (diagnostics).
-    kicks: u64,
+    kicks: Cell<u64>,
+    /// Bytes read from `from` and not yet written to `to` (`read - written`),
+    /// oldest first. Never borrowed across an await.
+    unsent: RefCell<Vec<u8>>,
+    /// EOF was propagated to `to`: the direction is finished.
+    done: Cell<bool>,
 }
 
 impl DirState {
+    /// A freshly inserted direction.
+    pub(crate) fn new(ins: &Inserted, dir: Dir) -> Self {
+        Self {
+            written: Cell::new(0),
+            read: Cell::new(0),
+            ctl: Cell::new(initial_ctl(ins.base(dir.to))),
+            kicks: Cell::new(0),
+            unsent: RefCell::new(Vec::new()),
+            done: Cell::new(false),
+        }
+    }
+
+    /// A direction continued from a snapshot taken by another process.
+    pub(crate) fn from_snapshot(s: DirSnapshot) -> Self {
+        Self {
+            written: Cell::new(s.written),
+            read: Cell::new(s.read),
+            ctl: Cell::new(s.ctl),
+            kicks: Cell::new(s.kicks),
+            unsent: RefCell::new(s.unsent),
+            done: Cell::new(s.done),
+        }
+    }
+
+    /// The state to hand over (the direction's future must be gone).
+    pub(crate) fn snapshot(&self) -> DirSnapshot {
+        DirSnapshot {
+            written: self.written.get(),
+            read: self.read.get(),
+            ctl: self.ctl.get(),
+            kicks: self.kicks.get(),
+            done: self.done.get(),
+            unsent: self.unsent.borrow().clone(),
+        }
+    }
+
     fn push(&self, ins: &Inserted, dir: Dir) -> Result<(), DirError> {
         ins.bpf
-            .set_ctl(ins.cookie(dir.from), self.ctl)
+            .set_ctl(ins.cookie(dir.from), self.ctl.get())
             .map_err(|e| DirError::new(dir.from, io::Error::other(e.to_string())))
+    }
+}
+
+/// One direction's userspace state as handed from a process to its successor.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DirSnapshot {
+    pub written: u64,
+    pub read: u64,
+    pub ctl: FlowCtl,
+    pub kicks: u64,
+    pub done: bool,
+    /// Passed bytes read and not yet written to the destination.
+    pub unsent: Vec<u8>,
+}
+
+/// Everything a successor needs to continue a kernel-forwarded flow, besides
+/// its two sockets: the pair's keys and baselines and both directions' state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub cookie_client: SockKey,
+    pub cookie_server: SockKey,
+    pub base_client: SendState,
+    pub base_server: SendState,
+    /// Redirected bytes already accounted, per source (client, server).
+    pub seen: [u64; 2],
+    /// Client-to-server, then server-to-client.
+    pub dirs: [DirSnapshot; 2],
+}
+
+impl Inserted {
+    /// Continue a pair another process inserted (its entries are in the
+    /// pinned maps): checks that the sockets are the ones the keys name and
+    /// that the maps hold the pair.
+    pub(crate) fn adopt(
+        client: &TcpStream,
+        server: &TcpStream,
+        snap: &Snapshot,
+    ) -> Result<Inserted, io::Error> {
+        let bpf = kernel().ok_or_else(|| io::Error::other("BPF not loaded"))?;
+        let cc = crate::bpf::socket_cookie(client.as_fd())?;
+        let cs = crate::bpf::socket_cookie(server.as_fd())?;
+        if (cc, cs) != (snap.cookie_client, snap.cookie_server) {
+            return Err(io::Error::other(
+                "socket cookies differ from the handed state",
+            ));
+        }
+        for c in [cc, cs] {
+            bpf.ctl(c).map_err(|e| io::Error::other(e.to_string()))?;
+        }
+        Ok(Inserted {
+            bpf,
+            cookie_client: cc,
+            cookie_server: cs,
+            base_client: snap.base_client,
+            base_server: snap.base_server,
+            seen: [Cell::new(snap.seen[0]), Cell::new(snap.seen[1])],
+            armed: Cell::new(true),
+        })
+    }
+
+    /// Keep the map entries when this guard drops: the flow now belongs to
+    /// another process.
+    pub(crate) fn disarm(&self) {
+        self.armed.set(false);
+    }
+
+    /// The pair's part of a hand-over snapshot; the directions' futures must
+    /// be gone.
+    pub(crate) fn snapshot(&self, c2s: &DirState, s2c: &DirState) -> Snapshot {
+        Snapshot {
+            cookie_client: self.cookie_client,
+            cookie_server: self.cookie_server,
+            base_client: self.base_client,
+            base_server: self.base_server,
+            seen: [self.seen[0].get(), self.seen[1].get()],
+            dirs: [c2s.snapshot(), s2c.snapshot()],
+        }
     }
 }
 
@@ -397,7 +536,7 @@ async fn drain(
         // queued now, and the queue at baseline time was already acked or is
         // still queued, so compare against what was queued at baseline too.
         let entered = p.acked + p.queued;
-        let owed = redirected + st.written + ins.base(dir.to).queued;
+        let owed = redirected + st.written.get() + ins.base(dir.to).queued;
         if entered >= owed {
             return Ok(());
         }
@@ -411,17 +550,19 @@ fn regulate(
     ins: &Inserted,
     dir: Dir,
     to: &TcpStream,
-    st: &mut DirState,
+    st: &DirState,
     redirected: u64,
 ) -> Result<(), DirError> {
     let p = progress(ins, dir, to)?;
     let base = ins.base(dir.to);
-    let sent = redirected + st.written + base.queued;
+    let sent = redirected + st.written.get() + base.queued;
     PEAK_INFLIGHT.fetch_max(sent.saturating_sub(p.acked) as usize, Ordering::Relaxed);
-    let limit = redirect_limit(base, p.acked, st.written);
+    let limit = redirect_limit(base, p.acked, st.written.get());
+    let mut ctl = st.ctl.get();
     // Only raise it, and in steps, so a busy flow costs few map updates.
-    if limit >= st.ctl.redirect_limit + (max_inflight() / LIMIT_STEPS) as u64 {
-        st.ctl.redirect_limit = limit;
+    if limit >= ctl.redirect_limit + (max_inflight() / LIMIT_STEPS) as u64 {
+        ctl.redirect_limit = limit;
+        st.ctl.set(ctl);
         st.push(ins, dir)?;
     }
     Ok(())
@@ -437,7 +578,7 @@ fn check_totals(ins: &Inserted, dir: Dir, from: &TcpStream, to: &TcpStream, st: 
         .map(|s| s.received)
         .unwrap_or(0)
         .saturating_sub(1);
-    let seen = ins.seen(dir.from).get() + st.acked;
+    let seen = ins.seen(dir.from).get() + st.read.get();
     let entered = progress(ins, dir, to)
         .map(|p| p.acked + p.queued)
         .unwrap_or(0)
@@ -449,9 +590,9 @@ fn check_totals(ins: &Inserted, dir: Dir, from: &TcpStream, to: &TcpStream, st: 
             verdict_and_passed = seen,
             entered_peer = entered,
             redirected = ins.seen(dir.from).get(),
-            passed = st.acked,
+            passed = st.read.get(),
             kernel = ?ins.bpf.stats(ins.cookie(dir.from)).ok(),
-            kicks = st.kicks,
+            kicks = st.kicks.get(),
             "sockmap byte counts disagree at EOF"
         );
     }
@@ -487,24 +628,77 @@ fn read_passed(from: &TcpStream, buf: &mut [u8]) -> io::Result<Passed> {
     }
 }
 
-/// Watch one direction of an inserted flow until EOF was propagated.
-pub async fn run(
+/// Write the passed bytes userspace holds, then acknowledge them: once the
+/// verdict's passed count equals the acknowledgement, the next segment is
+/// redirected again. Before the first write every byte the kernel redirected
+/// to `to` must have entered `to`'s send queue (passed bytes never overtake).
+/// Progress is recorded in `st` write by write, so the future may be dropped
+/// at any await (a hand-over) without losing or repeating a byte.
+async fn forward_unsent(
+    flow: &Flow<'_>,
+    ins: &Inserted,
+    dir: Dir,
+    to: &TcpStream,
+    st: &DirState,
+) -> Result<(), DirError> {
+    drain(flow, ins, dir, to, st).await?;
+    loop {
+        let wrote = {
+            let unsent = st.unsent.borrow();
+            if unsent.is_empty() {
+                break;
+            }
+            to.try_write(&unsent)
+        };
+        match wrote {
+            Ok(0) => return Err(DirError::new(dir.to, io::ErrorKind::WriteZero.into())),
+            Ok(n) => {
+                st.unsent.borrow_mut().drain(..n);
+                st.written.set(st.written.get() + n as u64);
+                flow.wrote(dir.to, n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                to.writable().await.map_err(|e| DirError::new(dir.to, e))?;
+            }
+            Err(e) => return Err(DirError::new(dir.to, e)),
+        }
+    }
+    // What we wrote left the kernel's hands with the drain above, so the
+    // bound moves up with the destination's acks.
+    let p = progress(ins, dir, to)?;
+    let mut ctl = st.ctl.get();
+    ctl.passed_ack = st.read.get();
+    ctl.redirect_limit =
+        ctl.redirect_limit
+            .max(redirect_limit(ins.base(dir.to), p.acked, st.written.get()));
+    st.ctl.set(ctl);
+    st.push(ins, dir)
+}
+
+/// Watch one direction of an inserted flow until EOF was propagated. Its
+/// state lives in `st` (see [`DirState`]); a direction already finished
+/// returns at once.
+pub(crate) async fn run(
     flow: &Flow<'_>,
     ins: &Inserted,
     dir: Dir,
     from: &TcpStream,
     to: &TcpStream,
+    st: &DirState,
 ) -> Result<(), DirError> {
-    let mut st = DirState {
-        written: 0,
-        acked: 0,
-        ctl: initial_ctl(ins.base(dir.to)),
-        kicks: 0,
-    };
+    if st.done.get() {
+        return Ok(());
+    }
     let mut buf = vec![0u8; PASS_BUF];
     let mut tick = TICK_ACTIVE;
     let mut idle_ticks = 0u32;
     loop {
+        if !st.unsent.borrow().is_empty() {
+            // Passed bytes: never ahead of redirected ones.
+            forward_unsent(flow, ins, dir, to, st).await?;
+            tick = TICK_ACTIVE;
+            continue;
+        }
         tokio::select! {
             r = from.readable() => {
                 r.map_err(|e| DirError::new(dir.from, e))?;
@@ -517,51 +711,40 @@ pub async fn run(
                         // passed segment queues behind the psock's backlog and
                         // a kworker moves it to the socket later. No verdict
                         // runs after FIN, so the kernel's passed count is final.
-                        if passed(ins, dir)? > st.acked {
+                        if passed(ins, dir)? > st.read.get() {
                             tokio::time::sleep(DRAIN_POLL).await;
                             continue;
                         }
                         flow.shut(dir.from);
-                        drain(flow, ins, dir, to, &st).await?;
+                        drain(flow, ins, dir, to, st).await?;
                         tracing::debug!(
                             ?dir,
                             redirected = ins.seen(dir.from).get(),
-                            passed = st.acked,
-                            written = st.written,
-                            kicks = st.kicks,
+                            passed = st.read.get(),
+                            written = st.written.get(),
+                            kicks = st.kicks.get(),
                             "sockmap direction drained at EOF"
                         );
-                        check_totals(ins, dir, from, to, &st);
-                        return copy::propagate_eof(flow, dir, to);
+                        check_totals(ins, dir, from, to, st);
+                        copy::propagate_eof(flow, dir, to)?;
+                        st.done.set(true);
+                        return Ok(());
                     }
                     Ok(Passed::Unprocessed) => {
                         // Bytes in the TCP receive queue that no verdict has
                         // seen yet: never read them (the verdict would later
                         // take the same segment whole); make it run instead.
-                        st.kicks += 1;
+                        st.kicks.set(st.kicks.get() + 1);
                         sock::set_rcvlowat(from.as_fd(), 1)
                             .map_err(|e| DirError::new(dir.from, e))?;
                         tokio::time::sleep(DRAIN_POLL).await;
                     }
                     Ok(Passed::Data(n)) => {
-                        // Passed bytes: never ahead of redirected ones.
+                        // Held in `st` until written: a hand-over between the
+                        // read and the write carries them along.
                         flow.touch(dir.from);
-                        drain(flow, ins, dir, to, &st).await?;
-                        copy::write_all(flow, dir, to, &buf[..n]).await?;
-                        st.written += n as u64;
-                        st.acked += n as u64;
-                        // Acknowledge: once the verdict's passed count equals
-                        // this, the next segment is redirected again. What we
-                        // wrote left the kernel's hands with the drain above,
-                        // so the bound moves up with the destination's acks.
-                        st.ctl.passed_ack = st.acked;
-                        let p = progress(ins, dir, to)?;
-                        st.ctl.redirect_limit = st
-                            .ctl
-                            .redirect_limit
-                            .max(redirect_limit(ins.base(dir.to), p.acked, st.written));
-                        st.push(ins, dir)?;
-                        tick = TICK_ACTIVE;
+                        st.unsent.borrow_mut().extend_from_slice(&buf[..n]);
+                        st.read.set(st.read.get() + n as u64);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => return Err(DirError::new(dir.from, e)),
@@ -570,8 +753,8 @@ pub async fn run(
             () = tokio::time::sleep(tick) => {
                 let before = ins.seen(dir.from).get();
                 let redirected = ins.account(flow, dir).map_err(|e| DirError::new(dir.from, e))?;
-                regulate(ins, dir, to, &mut st, redirected)?;
-                let passing = passed(ins, dir)? > st.acked;
+                regulate(ins, dir, to, st, redirected)?;
+                let passing = passed(ins, dir)? > st.read.get();
                 if redirected > before || passing {
                     idle_ticks = 0;
                     tick = TICK_ACTIVE;
@@ -586,4 +769,141 @@ pub async fn run(
             }
         }
     }
+}
+
+/// A kernel-forwarded flow handed over: its state and dups of its sockets.
+#[derive(Debug)]
+pub struct Handed {
+    pub snap: Snapshot,
+    pub client: OwnedFd,
+    pub server: OwnedFd,
+    /// Bytes forwarded each way over the flow's whole life so far.
+    pub to_server: u64,
+    pub to_client: u64,
+    /// Where the flow's bytes were counted (frontend, backend, server).
+    pub route: Option<super::FlowRoute>,
+}
+
+/// The process's hand-over of its kernel flows (see "Hand-over" in the
+/// module doc of `crate::reload`).
+#[derive(Debug, Default)]
+struct HandoverReg {
+    /// Flows registered to answer a request and not answered or ended yet.
+    live: usize,
+    /// A request was made: flows starting later are not registered.
+    requested: bool,
+    /// The collection was taken: later offers are refused.
+    closed: bool,
+    items: Vec<Handed>,
+}
+
+static HANDOVER: Mutex<HandoverReg> = Mutex::new(HandoverReg {
+    live: 0,
+    requested: false,
+    closed: false,
+    items: Vec::new(),
+});
+static HANDOVER_SIGNAL: OnceLock<tokio::sync::watch::Sender<bool>> = OnceLock::new();
+/// Poll period of [`collect_handover`] while flows quiesce.
+const HANDOVER_POLL: Duration = Duration::from_millis(1);
+
+fn handover_reg() -> std::sync::MutexGuard<'static, HandoverReg> {
+    HANDOVER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn handover_signal() -> &'static tokio::sync::watch::Sender<bool> {
+    HANDOVER_SIGNAL.get_or_init(|| tokio::sync::watch::channel(false).0)
+}
+
+/// A kernel flow's membership in the hand-over: registered flows answer a
+/// request; a flow that started after the request is not registered and
+/// finishes in this process.
+#[derive(Debug)]
+pub(crate) struct Member {
+    registered: bool,
+}
+
+impl Member {
+    pub(crate) fn join() -> Member {
+        let mut reg = handover_reg();
+        let registered = !reg.requested;
+        if registered {
+            reg.live += 1;
+        }
+        Member { registered }
+    }
+
+    /// Resolves once a hand-over is requested (never for an unregistered flow).
+    pub(crate) async fn requested(&self) {
+        if !self.registered {
+            return std::future::pending().await;
+        }
+        let mut rx = handover_signal().subscribe();
+        if rx.wait_for(|r| *r).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Give the flow to the collection. Refused (false: `handed` is dropped,
+    /// closing only its dups, and the flow goes on here) when the collection
+    /// was already taken; either way this flow is no longer registered.
+    pub(crate) fn offer(&mut self, handed: Handed) -> bool {
+        let mut reg = handover_reg();
+        if !self.registered {
+            return false;
+        }
+        self.registered = false;
+        reg.live = reg.live.saturating_sub(1);
+        if reg.closed {
+            return false;
+        }
+        reg.items.push(handed);
+        true
+    }
+
+    /// Stop answering requests (the flow keeps running here).
+    pub(crate) fn leave(&mut self) {
+        if std::mem::replace(&mut self.registered, false) {
+            let mut reg = handover_reg();
+            reg.live = reg.live.saturating_sub(1);
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+/// Ask every registered kernel flow to quiesce and hand itself over; wait
+/// (at most `limit`) until each has answered or ended, then take the
+/// collection. Flows that answer later keep running in this process.
+pub async fn collect_handover(limit: Duration) -> Vec<Handed> {
+    handover_reg().requested = true;
+    handover_signal().send_replace(true);
+    let t0 = tokio::time::Instant::now();
+    loop {
+        {
+            let mut reg = handover_reg();
+            if reg.live == 0 || t0.elapsed() >= limit {
+                if reg.live > 0 {
+                    tracing::warn!(
+                        flows = reg.live,
+                        "kernel flows did not quiesce in time: they stay in this process"
+                    );
+                }
+                reg.closed = true;
+                return std::mem::take(&mut reg.items);
+            }
+        }
+        tokio::time::sleep(HANDOVER_POLL).await;
+    }
+}
+
+/// Kernel flows registered for a hand-over (diagnostics and tests).
+pub fn handover_live() -> usize {
+    handover_reg().live
 }

@@ -227,6 +227,12 @@ impl FlowGuard {
         });
     }
 
+    /// No line for this flow here: it goes on in another process (a reload
+    /// handed it over), which logs it when it ends.
+    pub fn discard(&mut self) {
+        self.inner = None;
+    }
+
     /// The data phase ended: bytes each way and the mode used.
     pub fn forwarded(&mut self, up: u64, down: u64, mode: &'static str, cause: Cause) {
         self.with(|i| {
