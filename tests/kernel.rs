@@ -44,6 +44,24 @@ fn assert_kernel_counts_agreed(shunt: &Shunt) {
     }
 }
 
+/// What to look at when a kernel flow delivered the wrong bytes: shunt's warnings and
+/// errors (the EOF byte-count check, the verdict's aya-log records) and the kernel
+/// path's counters.
+fn kernel_diagnostics(shunt: &Shunt) -> String {
+    let log: Vec<String> = shunt
+        .stderr()
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("trim"))
+        .map(str::to_owned)
+        .collect();
+    let counters: Vec<String> = show_info(&shunt.sock())
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("Sockmap"))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    format!("counters {counters:?}; log:\n{}", log.join("\n"))
+}
+
 fn info(shunt: &Shunt, key: &str) -> u64 {
     info_u64(&shunt.sock(), key)
 }
@@ -90,14 +108,29 @@ fn integrity_256mib_each_way() {
     });
     let got_down = read_to_end(&mut c).expect("client read");
     writer.join().expect("writer");
-    assert_eq!(got_down.len(), size, "bytes to client");
-    assert_eq!(sha256(&got_down), sha256(&down), "data to client");
+    assert_eq!(
+        got_down.len(),
+        size,
+        "bytes to client; {}",
+        kernel_diagnostics(&shunt)
+    );
+    assert_eq!(
+        sha256(&got_down),
+        sha256(&down),
+        "data to client; {}",
+        kernel_diagnostics(&shunt)
+    );
     eventually("the server's digest", Duration::from_secs(20), || {
         got_up.lock().expect("lock").is_some()
     });
     let (n, digest) = got_up.lock().expect("lock").clone().expect("digest");
-    assert_eq!(n, size, "bytes to server");
-    assert_eq!(digest, sha256(&up), "data to server");
+    assert_eq!(n, size, "bytes to server; {}", kernel_diagnostics(&shunt));
+    assert_eq!(
+        digest,
+        sha256(&up),
+        "data to server; {}",
+        kernel_diagnostics(&shunt)
+    );
     assert_mode(&shunt.sock(), "sockmap");
     assert_kernel_counts_agreed(&shunt);
     assert_eq!(info(&shunt, "SockmapFlows"), 1);

@@ -142,9 +142,10 @@ fn check_send_proxy_starts_health_checks_with_a_proxy_v1_line() {
     let srv = l.local_addr().expect("addr");
     let (tx, rx) = std::sync::mpsc::channel::<(String, SocketAddr)>();
     std::thread::spawn(move || {
-        for c in l.incoming() {
-            let Ok(mut c) = c else { return };
-            let peer = c.peer_addr().expect("peer");
+        // The check waits for our answer (tcp-check expect), so the connection is
+        // still open while its first line is read; the peer address comes from
+        // accept itself.
+        while let Ok((mut c, peer)) = l.accept() {
             let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
             let mut got = Vec::new();
             let mut b = [0u8; 128];
@@ -154,6 +155,7 @@ fn check_send_proxy_starts_health_checks_with_a_proxy_v1_line() {
                     Ok(n) => got.extend_from_slice(&b[..n]),
                 }
             }
+            let _ = c.write_all(b"OK\n");
             if tx
                 .send((String::from_utf8_lossy(&got).into_owned(), peer))
                 .is_err()
@@ -167,7 +169,8 @@ fn check_send_proxy_starts_health_checks_with_a_proxy_v1_line() {
         "global\n    stats socket @DIR@/admin.sock level admin\n\ndefaults\n    mode tcp\n    \
          timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n\n\
          frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\n\
-         backend be\n    server s1 {srv} check inter 200ms check-send-proxy\n"
+         backend be\n    option tcp-check\n    tcp-check expect string OK\n    \
+         server s1 {srv} check inter 200ms check-send-proxy\n"
     );
     let _shunt = Shunt::start(&cfg, &[]);
     let (line, peer) = rx

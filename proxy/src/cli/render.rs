@@ -873,6 +873,8 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
         ("SockmapFallbacks", k.fallbacks),
         ("SockmapRedirectErrors", k.redirect_errors),
         ("SockmapOverlapTrimmed", k.overlap_trimmed),
+        ("SockmapTrimFailed", k.trim_failed),
+        ("SockmapSeqUnknown", k.seq_unknown),
     ];
     for (i, (name, value)) in kernel.into_iter().enumerate() {
         v.push(InfoField {

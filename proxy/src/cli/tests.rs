@@ -622,6 +622,8 @@ fn show_info_has_haproxy_keys_in_order_then_shunt_fields() {
             "SockmapFallbacks",
             "SockmapRedirectErrors",
             "SockmapOverlapTrimmed",
+            "SockmapTrimFailed",
+            "SockmapSeqUnknown",
             "warm_hit",
             "warm_miss",
             "warm_dead",

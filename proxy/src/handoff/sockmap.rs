@@ -113,6 +113,10 @@ pub struct KernelInfo {
     pub redirect_errors: u64,
     /// Retransmitted segments whose already-seen head the verdict trimmed.
     pub overlap_trimmed: u64,
+    /// Overlaps the verdict could not trim (forwarded whole: a duplicate).
+    pub trim_failed: u64,
+    /// Segments whose control block held no consistent sequence range.
+    pub seq_unknown: u64,
 }
 
 /// Current figures (map sizes are counted by walking the keys: cheap enough
@@ -130,6 +134,8 @@ pub fn info() -> KernelInfo {
             k.redirect_errors = c[proxy_common::CTR_REDIRECT_FAILED as usize];
             k.pauses = c[proxy_common::CTR_PASS_PAUSED as usize];
             k.overlap_trimmed = c[proxy_common::CTR_OVERLAP_TRIMMED as usize];
+            k.trim_failed = c[proxy_common::CTR_TRIM_FAILED as usize];
+            k.seq_unknown = c[proxy_common::CTR_SEQ_UNKNOWN as usize];
         }
     }
     k
