@@ -327,7 +327,8 @@ pub fn nginx_config(
         dir.join(format!("{base}.pid")).display(),
         dir.join(format!("{base}-error.log")).display(),
         2 * maxconn + 100,
-        maxconn,
+        // nginx counts both connections of a proxied stream in worker_connections.
+        2 * maxconn + 100,
     );
     for (name, back) in routes {
         let Some(front) = fronts.get(name) else {
@@ -431,7 +432,7 @@ mod tests {
         assert!(cfg.contains("pid /t/nginx-x.pid;"));
         assert!(cfg.contains("listen 127.0.0.1:6001;\n        proxy_pass 127.0.0.1:5001;"));
         assert_eq!(cfg.matches("server {").count(), 2);
-        assert!(cfg.contains("worker_connections 900;"));
+        assert!(cfg.contains("worker_connections 1900;"));
     }
 
     #[test]

@@ -473,6 +473,45 @@ async fn shunt_metrics(b: &mut Builder, st: &State) {
         "Flows held in the kernel's SOCKHASH now (two sockets each).",
         i(k.sockhash_entries / 2),
     );
+    // Warm spare pools, per server (`warm_*` of `show stat`).
+    let mut warm: [Vec<(Labels, u64)>; 4] = Default::default();
+    let mut idle = Vec::new();
+    for (be, rt) in st.config.backends.iter().zip(&st.backends) {
+        for (s, srv) in be.servers.iter().zip(&rt.servers) {
+            let c = srv.pool.counters();
+            for (v, n) in warm.iter_mut().zip([c.hit, c.miss, c.dead, c.purged]) {
+                v.push((sv(&be.name, &s.name), n));
+            }
+            let spares: usize = srv.pool.idle_per_thr(st.nbthread).iter().sum();
+            idle.push((sv(&be.name, &s.name), i(spares)));
+        }
+    }
+    let [hit, miss, dead, purged] = warm;
+    b.counters(
+        "shunt_server_warm_hits",
+        "New flows served on a warm spare connection.",
+        hit,
+    );
+    b.counters(
+        "shunt_server_warm_misses",
+        "New flows that found no usable spare and connected afresh.",
+        miss,
+    );
+    b.counters(
+        "shunt_server_warm_dead",
+        "Spares found closed or reset at take time and discarded.",
+        dead,
+    );
+    b.counters(
+        "shunt_server_warm_purged",
+        "Spares closed by the purge (excess, age, server state).",
+        purged,
+    );
+    b.gauges(
+        "shunt_server_warm_idle_connections",
+        "Warm spare connections held now.",
+        idle,
+    );
     let mut loop_us = Vec::new();
     let mut loops = Vec::new();
     for r in st.remotes() {
