@@ -18,7 +18,8 @@
 //!   accepting (clients wait in the kernel backlog), as HAProxy does.
 //! - Output is held while the batch of input already received still has commands and
 //!   written once the batch is exhausted or [`frame::OUT_FLUSH`] bytes are pending —
-//!   never one answer per write. The loop yields every [`YIELD_EVERY`] commands so a long
+//!   never one answer per write. The loop yields every [`YIELD_EVERY`] commands (or
+//!   [`RUN_BUDGET`] of work, whichever comes first) so a long
 //!   batch does not starve flows on the same worker.
 //! - A streamed answer never sits whole in memory: the loop asks its producer for lines
 //!   until [`frame::OUT_FLUSH`] bytes are pending, writes them, yields, and goes on; the
@@ -59,6 +60,9 @@ use frame::{Event, Input};
 const READ_CHUNK: usize = 16 * 1024;
 /// Commands run back to back before the connection task yields to the scheduler.
 pub const YIELD_EVERY: usize = 64;
+/// Longest stretch of commands one connection runs before it yields (measured after
+/// each command, so one large command may exceed it once).
+const RUN_BUDGET: Duration = Duration::from_micros(500);
 /// Default `Name` in `show info`.
 pub const DEFAULT_NAME: &str = "shunt";
 /// Pause after a failed accept (EMFILE and friends) before trying again.
@@ -474,6 +478,7 @@ where
     let mut rbuf = vec![0u8; READ_CHUNK];
     let mut eof = false;
     let mut since_yield = 0usize;
+    let mut run_started = Instant::now();
     // Published before every write and, by its drop, when the connection ends.
     let _defer = ctx.state.maps.defer();
     loop {
@@ -557,9 +562,13 @@ where
                             out.clear();
                         }
                         since_yield += 1;
-                        if since_yield >= YIELD_EVERY {
+                        // Yield by count and by time: a few large payloads (a
+                        // thousand map entries each) must not hold the worker for
+                        // tens of milliseconds in one run.
+                        if since_yield >= YIELD_EVERY || run_started.elapsed() >= RUN_BUDGET {
                             since_yield = 0;
                             scheduler::yield_now().await;
+                            run_started = Instant::now();
                         }
                     }
                     if !sess.interactive && !input.has_buffered() {

@@ -45,7 +45,7 @@ mod tests;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
 
@@ -332,13 +332,46 @@ impl MapRt {
             .versions
             .remove(&ver)
             .unwrap_or_else(|| Table::new(self.kind));
-        // Changes staged for the outgoing table die with it.
-        w.next = None;
+        // Changes staged for the outgoing table die with it. The outgoing table and
+        // the older versions are freed off the worker: with large maps (and many
+        // prepared versions) that is tens of milliseconds of work.
+        let staged = w.next.take();
         w.changes = 0;
-        self.current.store(Arc::new(table));
+        let old = self.current.swap(Arc::new(table));
         w.curr_ver = ver;
-        w.versions.retain(|&v, _| ver_after(v, ver));
+        let (keep, stale): (BTreeMap<u32, Table>, BTreeMap<u32, Table>) =
+            std::mem::take(&mut w.versions)
+                .into_iter()
+                .partition(|&(v, _)| ver_after(v, ver));
+        w.versions = keep;
+        drop_later(Box::new((old, stale, staged)));
         Ok(())
+    }
+}
+
+/// Free `garbage` on a background thread (`shunt-drop`) instead of the calling
+/// worker: dropping a large table walks every entry. Falls back to dropping here if
+/// the thread cannot be started.
+pub fn drop_later(garbage: Box<dyn Send>) {
+    type Dropper = Option<Mutex<std::sync::mpsc::Sender<Box<dyn Send>>>>;
+    static DROPPER: OnceLock<Dropper> = OnceLock::new();
+    let tx = DROPPER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Box<dyn Send>>();
+        std::thread::Builder::new()
+            .name("shunt-drop".into())
+            .spawn(move || {
+                for g in rx {
+                    drop(g);
+                }
+            })
+            .ok()
+            .map(|_| Mutex::new(tx))
+    });
+    if let Some(tx) = tx {
+        let tx = tx.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(back) = tx.send(garbage) {
+            drop(back.0);
+        }
     }
 }
 

@@ -203,6 +203,9 @@ impl FreqCtr {
     }
 }
 
+/// A task run at least this long is logged at debug level (while profiling).
+const SLOW_RUN_NS: u64 = 10_000_000;
+
 /// Profiling totals for one task name on one thread.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TaskProfile {
@@ -295,6 +298,11 @@ impl ProfTable {
 
     pub(crate) fn record(&mut self, idx: u32, lat_ns: u64, cpu_ns: u64) {
         if let Some(e) = self.entries.get_mut(idx as usize) {
+            if cpu_ns >= SLOW_RUN_NS {
+                // HAProxy warns of a stuck thread; a run this long delays every
+                // other task of the worker by as much.
+                tracing::debug!(task = e.name, ms = cpu_ns / 1_000_000, "long task run");
+            }
             e.calls += 1;
             e.lat_ns = e.lat_ns.saturating_add(lat_ns);
             e.cpu_ns = e.cpu_ns.saturating_add(cpu_ns);
