@@ -13,16 +13,6 @@ use shunt_tests::*;
 /// Longest wait for a state the checks should reach in a few intervals.
 const STATE_WAIT: Duration = Duration::from_secs(10);
 
-fn row(sock: &std::path::Path, px: &str, sv: &str) -> std::collections::HashMap<String, String> {
-    show_stat(sock)
-        .into_iter()
-        .find(|r| {
-            r.get("pxname").map(String::as_str) == Some(px)
-                && r.get("svname").map(String::as_str) == Some(sv)
-        })
-        .unwrap_or_else(|| panic!("no stat row {px}/{sv}"))
-}
-
 /// Wait until `pred` holds for the stat row of px/sv; returns the row.
 fn wait_row(
     sh: &Shunt,
@@ -33,7 +23,7 @@ fn wait_row(
 ) -> std::collections::HashMap<String, String> {
     let t0 = Instant::now();
     loop {
-        let r = row(&sh.sock(), px, sv);
+        let r = stat_row(&sh.sock(), px, sv);
         if pred(&r) {
             return r;
         }
@@ -149,7 +139,7 @@ fn all_servers_down_logs_no_server_available() {
         assert!(t0.elapsed() < STATE_WAIT, "{}", sh.stderr());
         std::thread::sleep(Duration::from_millis(50));
     }
-    let be = row(&sh.sock(), "be", "BACKEND");
+    let be = stat_row(&sh.sock(), "be", "BACKEND");
     assert_eq!(be["status"], "DOWN");
 }
 

@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shunt_tests::*;
 
@@ -58,15 +58,6 @@ fn echoes(s: &mut TcpStream, msg: &[u8]) -> bool {
     }
     let mut back = vec![0u8; msg.len()];
     s.read_exact(&mut back).is_ok() && back == msg
-}
-
-/// Poll `f` until it is true or [`WAIT`] passes.
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < WAIT, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// One `show stat` value as text.
@@ -215,7 +206,7 @@ fn set_maxconn_server_makes_the_next_client_queue() {
     assert_eq!(tag(&mut a), 7);
     // The second client queues: the backend queue holds it, the server never sees it.
     let mut b = client(addr);
-    eventually("the second client in the queue", || {
+    eventually("the second client in the queue", WAIT, || {
         stat(&sock, "be", "BACKEND", "qcur") == 1
     });
     assert!(!gets_byte_within(&mut b, STAYS_WAITING));
@@ -229,7 +220,7 @@ fn set_maxconn_server_makes_the_next_client_queue() {
     // Lowered again: a third client waits until both others are gone.
     assert_eq!(cli(&sock, "set maxconn server be/s1 1"), "\n");
     let mut c = client(addr);
-    eventually("the third client in the queue", || {
+    eventually("the third client in the queue", WAIT, || {
         stat(&sock, "be", "BACKEND", "qcur") == 1
     });
     drop(a);

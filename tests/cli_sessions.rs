@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shunt_tests::*;
 
@@ -50,14 +50,6 @@ fn line_of(lines: &[String], c: &TcpStream) -> Option<String> {
     lines.iter().find(|l| l.contains(&src)).cloned()
 }
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < WAIT, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn show_sess_lists_flows_and_shutdown_closes_exactly_them() {
     let (e1, e2) = (Server::echo(), Server::echo());
@@ -90,7 +82,7 @@ fn show_sess_lists_flows_and_shutdown_closes_exactly_them() {
         for (i, c) in clients.iter_mut().enumerate().skip(1) {
             assert!(echo_ok(c, 10 + i as u8), "{mode}: flow {i} still echoes");
         }
-        wait_for("the shut flow to leave show sess", || {
+        eventually("the shut flow to leave show sess", WAIT, || {
             sess_lines(&sock).len() == 3
         });
         assert_eq!(
@@ -129,7 +121,7 @@ fn show_sess_lists_flows_and_shutdown_closes_exactly_them() {
             }
         }
         let kept = on_s2.iter().skip(1).filter(|b| !**b).count();
-        wait_for("s2 flows to leave show sess", || {
+        eventually("s2 flows to leave show sess", WAIT, || {
             sess_lines(&sock).len() == kept
         });
         assert!(sess_lines(&sock).iter().all(|l| !l.contains(" srv=s2 ")));
@@ -165,7 +157,9 @@ fn clear_counters_all_zeroes_show_stat() {
         c.set_read_timeout(Some(WAIT)).expect("timeout");
         assert!(echo_ok(&mut c, i));
     }
-    wait_for("flows to end", || stat(&sock, "be", "BACKEND", "scur") == 0);
+    eventually("flows to end", WAIT, || {
+        stat(&sock, "be", "BACKEND", "scur") == 0
+    });
     assert_eq!(stat(&sock, "be", "s1", "stot"), 3);
     assert!(stat(&sock, "be", "BACKEND", "smax") >= 1);
     assert!(stat(&sock, "fe", "FRONTEND", "bin") >= 48);

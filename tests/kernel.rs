@@ -66,15 +66,6 @@ fn info(shunt: &Shunt, key: &str) -> u64 {
     info_u64(&shunt.sock(), key)
 }
 
-/// Wait (bounded) until `f` holds.
-fn eventually(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn integrity_256mib_each_way() {
     let size = 256 * MIB;

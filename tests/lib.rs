@@ -422,20 +422,33 @@ pub fn show_stat(sock: &Path) -> Vec<std::collections::HashMap<String, String>> 
         .collect()
 }
 
-/// One numeric `show stat` value for (pxname, svname, column).
-pub fn stat(sock: &Path, px: &str, sv: &str, col: &str) -> u64 {
-    let rows = show_stat(sock);
-    let row = rows
-        .iter()
+/// The `show stat` row of (pxname, svname), column → value; panics when absent.
+pub fn stat_row(sock: &Path, px: &str, sv: &str) -> std::collections::HashMap<String, String> {
+    show_stat(sock)
+        .into_iter()
         .find(|r| {
             r.get("pxname").map(String::as_str) == Some(px)
                 && r.get("svname").map(String::as_str) == Some(sv)
         })
-        .unwrap_or_else(|| panic!("no stat row {px}/{sv}"));
-    row.get(col)
+        .unwrap_or_else(|| panic!("no stat row {px}/{sv}"))
+}
+
+/// One numeric `show stat` value for (pxname, svname, column).
+pub fn stat(sock: &Path, px: &str, sv: &str, col: &str) -> u64 {
+    stat_row(sock, px, sv)
+        .get(col)
         .unwrap_or_else(|| panic!("no column {col}"))
         .parse()
         .unwrap_or(0)
+}
+
+/// Poll `f` every 20 ms until it holds; panic naming `what` after `limit`.
+pub fn eventually(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// `show info` as key → value.

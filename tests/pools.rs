@@ -159,14 +159,6 @@ fn servers_conn(sock: &Path, sv: &str) -> ConnRow {
     }
 }
 
-fn eventually(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// One served client: connect, send a line, read the server's answer line and the
 /// echo. Returns (tag, server accept time µs, client connect time µs).
 fn request(front: SocketAddr, epoch: Instant) -> (String, u128, u128) {
@@ -558,7 +550,7 @@ fn pool_max_conn_is_never_exceeded() {
 /// - time to first response byte of new flows, with and without spares (p50, p99);
 /// - takeovers under a connection storm with `pool-low-conn 0` vs `2 * nbthread`.
 #[test]
-#[ignore]
+#[ignore = "benchmark, not a test: prints loopback TTFB and takeover figures; run with --ignored --nocapture"]
 fn bench_ttfb_and_takeover_rate() {
     const SAMPLES: usize = 400;
     let epoch = Instant::now();

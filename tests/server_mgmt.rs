@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,21 +22,11 @@ const IO_WAIT: Duration = Duration::from_secs(5);
 
 type Row = HashMap<String, String>;
 
-fn row(sock: &Path, px: &str, sv: &str) -> Row {
-    show_stat(sock)
-        .into_iter()
-        .find(|r| {
-            r.get("pxname").map(String::as_str) == Some(px)
-                && r.get("svname").map(String::as_str) == Some(sv)
-        })
-        .unwrap_or_else(|| panic!("no stat row {px}/{sv}"))
-}
-
 /// Wait until `pred` holds for the row of be/`sv`; returns it.
 fn wait_row(sh: &Shunt, sv: &str, what: &str, pred: impl Fn(&Row) -> bool) -> Row {
     let t0 = Instant::now();
     loop {
-        let r = row(&sh.sock(), "be", sv);
+        let r = stat_row(&sh.sock(), "be", sv);
         if pred(&r) {
             return r;
         }
@@ -385,7 +374,7 @@ fn tcp_check_against_real_redis() {
     assert_eq!(ok["last_chk"], "(tcp-check)");
     let t0 = Instant::now();
     let bad = loop {
-        let r = row(&sh.sock(), "wrong", "r1");
+        let r = stat_row(&sh.sock(), "wrong", "r1");
         if r["status"] == "DOWN" {
             break r;
         }
@@ -633,16 +622,16 @@ fn on_marked_down_shutdown_sessions_resets_flows() {
                 "{mode}: flow {i} closed by 'set server health down'"
             );
         }
-        let r = row(&sh.sock(), "be", "s1");
+        let r = stat_row(&sh.sock(), "be", "s1");
         assert_eq!(r["status"], "DOWN");
         assert!(sh.stderr().contains(
             "Server be/s1 is DOWN, changed from CLI. 0 active and 0 backup servers left."
         ));
         // Health checks stay disabled: nothing brings it back until `health up`.
         std::thread::sleep(Duration::from_millis(400));
-        assert_eq!(row(&sh.sock(), "be", "s1")["status"], "DOWN");
+        assert_eq!(stat_row(&sh.sock(), "be", "s1")["status"], "DOWN");
         assert_eq!(cli(&sh.sock(), "set server be/s1 health up"), "\n");
-        assert_eq!(row(&sh.sock(), "be", "s1")["status"], "no check");
+        assert_eq!(stat_row(&sh.sock(), "be", "s1")["status"], "no check");
         assert_eq!(cli(&sh.sock(), "enable health be/s1"), "\n");
         wait_row(&sh, "s1", "UP", status("UP"));
         drop(health);
@@ -691,11 +680,11 @@ fn server_state_file_round_trip_across_restart() {
         sh.stderr()
     );
     assert_eq!(cli(&sock, "get weight be/s1"), "3 (initial 10)\n\n");
-    assert_eq!(row(&sock, "be", "s2")["status"], "MAINT");
-    assert_eq!(row(&sock, "be", "s4")["status"], "DRAIN");
+    assert_eq!(stat_row(&sock, "be", "s2")["status"], "MAINT");
+    assert_eq!(stat_row(&sock, "be", "s4")["status"], "DRAIN");
     assert_eq!(cli(&sock, "get weight be/s4"), "10 (initial 10)\n\n");
     assert_eq!(
-        row(&sock, "be", "s3")["addr"],
+        stat_row(&sock, "be", "s3")["addr"],
         moved.addr.to_string(),
         "s3's address survived"
     );
@@ -747,5 +736,5 @@ fn corrupted_state_file_is_ignored_with_a_warning() {
         "{}",
         sh.stderr()
     );
-    assert_eq!(row(&sh.sock(), "be", "s1")["status"], "no check");
+    assert_eq!(stat_row(&sh.sock(), "be", "s1")["status"], "no check");
 }

@@ -6,29 +6,13 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shunt_tests::*;
 
 /// A string column of `px/sv` in `show stat`.
 fn col(sock: &Path, px: &str, sv: &str, c: &str) -> String {
-    show_stat(sock)
-        .into_iter()
-        .find(|r| {
-            r.get("pxname").map(String::as_str) == Some(px)
-                && r.get("svname").map(String::as_str) == Some(sv)
-        })
-        .and_then(|r| r.get(c).cloned())
-        .unwrap_or_default()
-}
-
-/// Wait (bounded) until `f` holds.
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    stat_row(sock, px, sv).get(c).cloned().unwrap_or_default()
 }
 
 /// Accept and echo on `l` in the background.
@@ -60,11 +44,11 @@ fn slowstart_ramps_the_weight_of_a_server_that_comes_back() {
     );
     let shunt = Shunt::start(&cfg, &[]);
     let sock = shunt.sock();
-    wait_for("s2 DOWN", Duration::from_secs(10), || {
+    eventually("s2 DOWN", Duration::from_secs(10), || {
         col(&sock, "be", "s2", "status").starts_with("DOWN")
     });
     echo_on(TcpListener::bind(("127.0.0.1", p2)).expect("bind s2"));
-    wait_for("s2 UP", Duration::from_secs(10), || {
+    eventually("s2 UP", Duration::from_secs(10), || {
         col(&sock, "be", "s2", "status") == "UP"
     });
     // Just back: a small share of its weight of 100, its user weight intact.
@@ -72,7 +56,7 @@ fn slowstart_ramps_the_weight_of_a_server_that_comes_back() {
     assert!(early < 50, "weight right after coming back: {early}");
     assert_eq!(col(&sock, "be", "s2", "uweight"), "100");
     // Full weight after the period.
-    wait_for("the ramp to end", Duration::from_secs(10), || {
+    eventually("the ramp to end", Duration::from_secs(10), || {
         col(&sock, "be", "s2", "weight") == "100"
     });
     // And it serves traffic.
@@ -106,7 +90,7 @@ fn observe_layer4_marks_a_failing_server_down_with_hana() {
     );
     let shunt = Shunt::start(&cfg, &[]);
     let sock = shunt.sock();
-    wait_for("s1's first check", Duration::from_secs(10), || {
+    eventually("s1's first check", Duration::from_secs(10), || {
         col(&sock, "be", "s1", "check_status") == "L4OK"
     });
     // Every client is served (s1's refusals are redispatched to s2); s1 sees two
@@ -118,7 +102,7 @@ fn observe_layer4_marks_a_failing_server_down_with_hana() {
         c.read_exact(&mut b).expect("served by s2");
         assert_eq!(b, [i; 8]);
     }
-    wait_for("s1 DOWN", Duration::from_secs(10), || {
+    eventually("s1 DOWN", Duration::from_secs(10), || {
         col(&sock, "be", "s1", "status").starts_with("DOWN")
     });
     assert_eq!(col(&sock, "be", "s1", "check_status"), "HANA");

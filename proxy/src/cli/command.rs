@@ -817,22 +817,17 @@ fn parse_server_maxconn(word: &str) -> Result<usize, ParseError> {
     if word.is_empty() {
         return Err(ParseError::MaxconnMissing);
     }
-    let body = word.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
-    let (neg, unsigned) = match body.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, body.strip_prefix('+').unwrap_or(body)),
-    };
-    let ndigits = unsigned.bytes().take_while(u8::is_ascii_digit).count();
-    if ndigits == 0 {
+    let n = split_number(word, true);
+    if n.digits.is_empty() {
         return Err(ParseError::MaxconnGarbageBefore);
     }
-    if ndigits != unsigned.len() {
+    if !n.rest.is_empty() {
         return Err(ParseError::MaxconnTrailing);
     }
-    if neg {
+    if n.negative {
         return Ok(0);
     }
-    let v = unsigned.bytes().fold(0usize, |v, b| {
+    let v = n.digits.bytes().fold(0usize, |v, b| {
         v.saturating_mul(10).saturating_add(usize::from(b - b'0'))
     });
     Ok(v.min(MAX_MAXCONN))
@@ -939,18 +934,43 @@ fn parse_stat_query(args: &[&str]) -> StatQuery {
 
 /// C `atoi`: leading sign and digits, anything else stops; no digits gives 0.
 fn atoi(s: &str) -> i64 {
-    let (neg, digits) = match s.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, s.strip_prefix('+').unwrap_or(s)),
-    };
-    let mut v: i64 = 0;
-    for b in digits.bytes().take_while(u8::is_ascii_digit) {
-        v = v.saturating_mul(10).saturating_add(i64::from(b - b'0'));
-    }
-    if neg {
+    let n = split_number(s, false);
+    let v = n.digits.bytes().fold(0i64, |v, b| {
+        v.saturating_mul(10).saturating_add(i64::from(b - b'0'))
+    });
+    if n.negative {
         -v
     } else {
         v
+    }
+}
+
+/// A number word cut the way C's `strtol`/`atoi` read it: an optional sign, the
+/// decimal digits, and what follows them.
+pub(super) struct NumberWord<'a> {
+    pub negative: bool,
+    pub digits: &'a str,
+    pub rest: &'a str,
+}
+
+/// Cut `s` into [`NumberWord`]; `skip_blanks`: leading white space first, as
+/// `strtol` does (HAProxy's `atoi` call sites never see any).
+pub(super) fn split_number(s: &str, skip_blanks: bool) -> NumberWord<'_> {
+    let body = if skip_blanks {
+        s.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c'])
+    } else {
+        s
+    };
+    let (negative, unsigned) = match body.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, body.strip_prefix('+').unwrap_or(body)),
+    };
+    let n = unsigned.bytes().take_while(u8::is_ascii_digit).count();
+    let (digits, rest) = unsigned.split_at(n);
+    NumberWord {
+        negative,
+        digits,
+        rest,
     }
 }
 

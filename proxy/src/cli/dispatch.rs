@@ -759,17 +759,12 @@ fn set_addr(srv: &ServerRt, addr: &str, port: Option<&str>) -> Output {
 /// optional sign, digits; `None` when there are no digits or the value overflows a
 /// `long`. Out-of-range values wrap as the C store does.
 fn strtol_port(word: &str) -> Option<u16> {
-    let body = word.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
-    let (neg, unsigned) = match body.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, body.strip_prefix('+').unwrap_or(body)),
-    };
-    let digits: &str = &unsigned[..unsigned.bytes().take_while(u8::is_ascii_digit).count()];
-    if digits.is_empty() {
+    let n = super::command::split_number(word, true);
+    if n.digits.is_empty() {
         return None;
     }
-    let v: i64 = digits.parse().ok()?;
-    let v = if neg { -v } else { v };
+    let v: i64 = n.digits.parse().ok()?;
+    let v = if n.negative { -v } else { v };
     // Truncation to 16 bits is the point: HAProxy stores the long in a uint16_t.
     Some(v as u16)
 }

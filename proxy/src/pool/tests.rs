@@ -243,7 +243,7 @@ fn disabled_pool_is_inert() {
 /// per increment for both. Run: `cargo test -p proxy --release false_sharing --
 /// --ignored --nocapture`.
 #[test]
-#[ignore]
+#[ignore = "micro-benchmark, not a test: prints ns per increment; run in release with --ignored --nocapture"]
 fn false_sharing_micro_benchmark() {
     use std::sync::atomic::AtomicU64;
     const ITERS: u64 = 20_000_000;
