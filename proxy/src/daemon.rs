@@ -104,6 +104,9 @@ pub struct State {
     pub nbthread: usize,
     /// Current flows in the process (global maxconn).
     pub conns: AtomicUsize,
+    /// Accept loops not yet ended. A soft stop waits for them before it looks
+    /// at `conns`: a client accepted as the stop began is counted by then.
+    pub accepting: AtomicUsize,
     /// The global and frontend maxconn in force (the CLI may change them).
     pub limits: Limits,
     /// Signalled whenever a flow ends, to resume paused accept loops.
@@ -505,6 +508,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         flows_by_mode: Default::default(),
         nbthread,
         conns: AtomicUsize::new(0),
+        accepting: AtomicUsize::new(listeners.iter().map(Vec::len).sum()),
         limits: Limits::new(&config),
         conn_released: Notify::new(),
         phase: phase_rx,
@@ -668,8 +672,13 @@ fn wait_for_signals(
         crate::reload::close_exported();
         let deadline = hard_stop_after.map(|d| tokio::time::Instant::now() + d);
         loop {
-            // A hand-over in progress holds the descriptors it sends.
-            if state.conns.load(Ordering::Relaxed) == 0 && !crate::reload::handing_over() {
+            // Every accept loop has counted its last client (Acquire pairs with
+            // the loop's Release on exit); a hand-over in progress holds the
+            // descriptors it sends.
+            if state.accepting.load(Ordering::Acquire) == 0
+                && state.conns.load(Ordering::Relaxed) == 0
+                && !crate::reload::handing_over()
+            {
                 break;
             }
             let tick = tokio::time::sleep(Duration::from_millis(50));
@@ -732,7 +741,10 @@ async fn worker_main(
                     accept_loop(st, fi, l),
                 ));
             }
-            Err(e) => tracing::error!(error = %e, "cannot register listener"),
+            Err(e) => {
+                state.accepting.fetch_sub(1, Ordering::Release);
+                tracing::error!(error = %e, "cannot register listener");
+            }
         }
     }
     // Wait for hard stop; the soft stop only closes listeners (accept loops see it).
@@ -785,7 +797,17 @@ async fn wait_for_room(state: &State, fe_idx: usize, phase: &mut watch::Receiver
     }
 }
 
+/// Ends one accept loop in `State::accepting`, also when its task is aborted.
+struct AcceptingGuard(Arc<State>);
+
+impl Drop for AcceptingGuard {
+    fn drop(&mut self) {
+        self.0.accepting.fetch_sub(1, Ordering::Release);
+    }
+}
+
 async fn accept_loop(state: Arc<State>, fe_idx: usize, listener: TcpListener) {
+    let _accepting = AcceptingGuard(state.clone());
     let mut phase = state.phase.clone();
     loop {
         // Stop accepting while full: the kernel keeps new clients in the backlog.

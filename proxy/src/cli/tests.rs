@@ -103,6 +103,7 @@ fn make_ctx(config: Config) -> (Ctx, watch::Sender<Phase>) {
         flows_by_mode: Default::default(),
         nbthread: 2,
         conns: AtomicUsize::new(0),
+        accepting: AtomicUsize::new(0),
         limits: crate::daemon::Limits::new(&config),
         conn_released: Notify::new(),
         phase: rx,
