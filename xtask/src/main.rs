@@ -12,11 +12,13 @@
 //! process started here is stopped before exit (see `proc::ChildGuard`).
 
 mod bench;
+mod delay;
 mod demo;
 mod ebpf;
 mod latency;
 mod load;
 mod peers;
+mod poolbench;
 mod proc;
 mod report;
 mod servers;
@@ -84,7 +86,9 @@ enum Cmd {
         peers: Option<Vec<String>>,
         /// Scenarios to run (default: all): bulk-1, bulk-4, rr-1, rr-50, connect,
         /// rr-64k, idle, cork, cli; and, only when named, sched-latency (new-flow
-        /// latency under heavy CLI work, with and without the one-heavy-per-loop rule).
+        /// latency under heavy CLI work, with and without the one-heavy-per-loop rule)
+        /// and pool-ttfb (warm spares with a server 1 ms away: time to first byte and
+        /// takeover rate; writes docs/bench/pool-ttfb.md).
         #[arg(long, value_delimiter = ',')]
         scenarios: Option<Vec<String>>,
         /// Directory that receives BENCHMARKS.md and docs/bench/.

@@ -66,8 +66,9 @@ pub const SCENARIOS: [&str; 9] = [
     "bulk-1", "bulk-4", "rr-1", "rr-50", "connect", "rr-64k", "idle", "cork", "cli",
 ];
 
-/// Scenarios run only when named (`--scenarios sched-latency`), never by default.
-pub const EXTRA_SCENARIOS: [&str; 1] = ["sched-latency"];
+/// Scenarios run only when named (`--scenarios sched-latency`), never by default
+/// (`pool-ttfb` needs root: it makes a network namespace).
+pub const EXTRA_SCENARIOS: [&str; 2] = ["sched-latency", "pool-ttfb"];
 
 /// How long and how much each scenario runs.
 #[derive(Debug, Clone)]
@@ -209,8 +210,15 @@ pub fn run(opts: &Options) -> Result<()> {
         None => crate::build_release()?,
     };
     if !latency.is_empty() {
-        let table = crate::latency::run(&shunt, &dir, opts.quick)?;
-        println!("xtask: wrote {}", table.display());
+        if latency.iter().any(|s| s == "sched-latency") {
+            let table = crate::latency::run(&shunt, &dir, opts.quick)?;
+            println!("xtask: wrote {}", table.display());
+        }
+        if latency.iter().any(|s| s == "pool-ttfb") {
+            let root = opts.out.clone().unwrap_or_else(crate::workspace_root);
+            let table = crate::poolbench::run(&shunt, &dir, &root, opts.quick)?;
+            println!("xtask: wrote {}", table.display());
+        }
         if scenarios.is_empty() {
             return Ok(());
         }
