@@ -81,7 +81,23 @@ fn init_logging(args: &Args) {
         .init();
 }
 
+/// glibc's malloc parks small freed blocks in "fast bins" and merges all of them at
+/// once on the next large allocation (`malloc_consolidate`). The `shunt-drop`
+/// thread frees old map versions (hundreds of thousands of small blocks a second
+/// under map reloads) into the workers' arenas, so a worker's next large
+/// allocation paid milliseconds for them. Without fast bins, blocks merge as they
+/// are freed, a little at a time.
+fn tune_allocator() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only changes the allocator's parameters; called first thing
+    // in main, before any thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MXFAST, 0);
+    }
+}
+
 fn main() -> ExitCode {
+    tune_allocator();
     let args = Args::parse_from(haproxy_style_args());
     let pid = std::process::id();
     let loaded = match config::load(&args.files) {

@@ -146,6 +146,11 @@ impl Output {
         Output::Text(String::new())
     }
 
+    /// Whether this is an error message.
+    pub fn is_err(&self) -> bool {
+        matches!(self, Output::Msg(Severity::Err, _))
+    }
+
     /// An error message (HAProxy's `cli_err`).
     pub fn err(s: impl Into<String>) -> Self {
         Output::Msg(Severity::Err, s.into())

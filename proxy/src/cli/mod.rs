@@ -13,7 +13,10 @@
 //!   scheduler's Heavy class (at most one heavy run per loop while flows have work): a
 //!   connection marks itself heavy ([`scheduler::heavy`]) before a command that
 //!   loads, clears or replaces a whole map or walks the kernel's BPF maps
-//!   ([`heavy_command`]), and while it drains a streamed answer past its first chunk.
+//!   ([`heavy_command`]), and while it drains a streamed answer (from its first chunk
+//!   for a large map dump, from its second otherwise). A large `add map <<` payload
+//!   is applied in slices of [`PAYLOAD_SLICE`] bytes with a yield between two, so no
+//!   single run of a connection applies thousands of entries.
 //! - At most `stats maxconn` connections per socket; beyond that the listener stops
 //!   accepting (clients wait in the kernel backlog), as HAProxy does.
 //! - Output is held while the batch of input already received still has commands and
@@ -70,6 +73,9 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 /// An `add map <<` payload from this size on is heavy work (about 250 entries:
 /// parsing and inserting them takes more than the ~50 µs a light run may cost).
 pub const HEAVY_PAYLOAD: usize = 4 * 1024;
+/// Bytes of an `add map <<` payload applied between two yields (about 250 entries,
+/// a few hundred µs).
+const PAYLOAD_SLICE: usize = 4 * 1024;
 
 /// Whether a command is heavy work, run from the scheduler's Heavy class: a large
 /// map load, a map clear or commit (they drop a whole table), `show info` while the
@@ -425,7 +431,13 @@ async fn drain<S: AsyncWrite + Unpin>(
     out: &mut Vec<u8>,
     producer: &mut stream::Producer,
 ) -> std::io::Result<()> {
-    let mut heavy = None;
+    // A large dump is heavy from its first chunk: its first run would cost as
+    // much as any other.
+    let mut heavy = if producer.heavy_from_start() {
+        Some(scheduler::heavy().await)
+    } else {
+        None
+    };
     loop {
         let more = producer.fill(ctx, out, frame::OUT_FLUSH).await;
         if out.len() >= frame::OUT_FLUSH {
@@ -436,6 +448,38 @@ async fn drain<S: AsyncWrite + Unpin>(
             return Ok(());
         }
         heavy.get_or_insert_with(scheduler::enter_heavy);
+        scheduler::yield_now().await;
+    }
+}
+
+/// `add map [@V] MAP <<` applied in slices of about [`PAYLOAD_SLICE`] bytes (whole
+/// lines), yielding between two, so a payload of thousands of entries never runs in
+/// one go. Same outcome as one pass: slices apply in order and the first error stops
+/// the rest (entries before it stay, as HAProxy's payload loop leaves them).
+async fn add_payload_sliced(
+    ctx: &Ctx,
+    sess: &mut Session,
+    ver: Option<u32>,
+    map: String,
+    payload: String,
+) -> dispatch::Output {
+    let mut rest = payload.as_str();
+    loop {
+        let cut = match rest.get(PAYLOAD_SLICE..).and_then(|t| t.find('\n')) {
+            Some(i) => PAYLOAD_SLICE + i + 1,
+            None => rest.len(),
+        };
+        let (slice, tail) = rest.split_at(cut);
+        let cmd = command::Command::AddMapPayload {
+            ver,
+            map: map.clone(),
+            payload: slice.to_string(),
+        };
+        let out = dispatch::dispatch(ctx, sess, cmd);
+        if tail.is_empty() || out.is_err() {
+            return out;
+        }
+        rest = tail;
         scheduler::yield_now().await;
     }
 }
@@ -528,13 +572,16 @@ where
                         } else {
                             None
                         };
-                        let answer = if !dispatch::needs_workers(&cmd) {
-                            dispatch::dispatch(ctx, &mut sess, cmd)
-                        } else if !dispatch::allowed(sess.level, cmd.level()) {
-                            dispatch::Output::err(dispatch::PERMISSION_DENIED)
-                        } else {
-                            dispatch::dispatch_workers(ctx, cmd).await
-                        };
+                        let answer =
+                            if let command::Command::AddMapPayload { ver, map, payload } = cmd {
+                                add_payload_sliced(ctx, &mut sess, ver, map, payload).await
+                            } else if !dispatch::needs_workers(&cmd) {
+                                dispatch::dispatch(ctx, &mut sess, cmd)
+                            } else if !dispatch::allowed(sess.level, cmd.level()) {
+                                dispatch::Output::err(dispatch::PERMISSION_DENIED)
+                            } else {
+                                dispatch::dispatch_workers(ctx, cmd).await
+                            };
                         if sess.quit {
                             // `quit` answers nothing, not even the empty line.
                             let _ = send(ctx, &mut stream, &out).await;

@@ -9,11 +9,14 @@
 //!
 //! Invariants (memory stays bounded whatever the size of the answer):
 //! - A map dump holds the map version it started from (`Arc<Table>`: changes made
-//!   meanwhile build new versions and do not show) and at most
-//!   `2 * MAP_CHUNK` entry clones (reference counts, not text) while it selects the
-//!   next [`MAP_CHUNK`] entries in insertion order (`maps::table::OrderedScan`). One
-//!   call of `fill` visits about [`SCAN_BUDGET`] entries at most, so a pass over a huge
-//!   map yields part way (and a small map is dumped in one call).
+//!   meanwhile build new versions and do not show) and at most [`MAP_CHUNK`] entry
+//!   clones (reference counts, not text) while it selects the next chunk in insertion
+//!   order (`maps::table::OrderedScan`), then hands them out oldest first.
+//! - A map dump's `fill` works for about [`FILL_BUDGET`] at most (it looks at the
+//!   clock every [`SCAN_STEP`] entries visited and every 64 lines printed), so a dump
+//!   of any size is a series of short runs; a dump of more than [`LIGHT_DUMP`] entries
+//!   runs from the Heavy class from its first chunk. What a dump still holds when it
+//!   ends early is released on the `shunt-drop` thread.
 //! - A sessions dump holds one gather of at most `flows::GATHER_CHUNK` flows and the
 //!   last id it printed per worker; flows opened or closed meanwhile may or may not
 //!   show, and none shows twice (ids only grow within a worker).
@@ -21,8 +24,9 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use crate::maps::table::OrderedScan;
+use crate::maps::table::{Oldest, OrderedScan};
 use crate::maps::{self, Entry, Table};
 use crate::scheduler::Remote;
 use crate::stats::flows::{FlowView, GATHER_CHUNK};
@@ -30,12 +34,20 @@ use crate::stats::flows::{FlowView, GATHER_CHUNK};
 use super::{render, sessions, Ctx};
 
 /// Entries selected per pass over the map: each pass visits the whole map, so a dump
-/// costs n / MAP_CHUNK passes (31 for 1M entries); the selection holds up to twice
-/// this many entry clones (56 bytes each, about 3.7 MB), the "few MB" a dump may cost.
+/// costs n / MAP_CHUNK passes (31 for 1M entries); the selection holds up to this many
+/// entry clones (56 bytes each, about 1.8 MB), the "few MB" a dump may cost.
 pub const MAP_CHUNK: usize = 32 * 1024;
-/// Entries a `fill` call visits, selecting, before the loop may yield (a few
-/// milliseconds of work).
-pub const SCAN_BUDGET: usize = 16 * 1024;
+/// Entries a scan step visits between two looks at the clock.
+pub const SCAN_STEP: usize = 1024;
+/// Lines printed between two looks at the clock.
+const LINES_PER_CHECK: usize = 64;
+/// Longest a `fill` call of a map dump works before it returns (the connection then
+/// writes what it has if enough is pending, and yields): with the heavy class's one
+/// task per loop, this bounds what a dump adds to every other task's latency.
+pub const FILL_BUDGET: Duration = Duration::from_micros(200);
+/// A dump of more entries than this is heavy work from its first chunk (a smaller
+/// one is answered in one short run).
+pub const LIGHT_DUMP: usize = 1024;
 
 /// A large answer being produced.
 #[derive(Debug)]
@@ -50,9 +62,16 @@ impl Producer {
         Producer::Map(MapDump {
             table,
             scan: Some(OrderedScan::new(None, MAP_CHUNK)),
-            pending: Vec::new(),
-            pos: 0,
+            pending: Oldest::default(),
         })
+    }
+
+    /// Whether this answer is heavy work from its first chunk.
+    pub fn heavy_from_start(&self) -> bool {
+        match self {
+            Producer::Map(m) => m.table.len() > LIGHT_DUMP,
+            Producer::Sessions(_) => false,
+        }
     }
 
     /// `show sess`: every worker's flows.
@@ -84,18 +103,26 @@ pub struct MapDump {
     table: Arc<Table>,
     /// The selection pass under way; `None` once the map is exhausted.
     scan: Option<OrderedScan>,
-    /// Selected entries, oldest first, printed up to `pos`.
-    pending: Vec<Entry>,
-    pos: usize,
+    /// Selected entries not printed yet, handed out oldest first.
+    pending: Oldest,
 }
 
 impl MapDump {
+    /// Print and select for at most [`FILL_BUDGET`] (at least one line or one scan
+    /// step), until `out` holds `limit` bytes; false once the dump is complete.
     fn fill(&mut self, out: &mut Vec<u8>, limit: usize) -> bool {
+        let deadline = Instant::now() + FILL_BUDGET;
         loop {
-            while self.pos < self.pending.len() && out.len() < limit {
-                let e = &self.pending[self.pos];
-                map_line(out, e);
-                self.pos += 1;
+            let mut printed = 0usize;
+            while out.len() < limit {
+                let Some(e) = self.pending.pop() else {
+                    break;
+                };
+                map_line(out, &e);
+                printed += 1;
+                if printed.is_multiple_of(LINES_PER_CHECK) && Instant::now() >= deadline {
+                    return true;
+                }
             }
             if out.len() >= limit {
                 return true;
@@ -103,21 +130,30 @@ impl MapDump {
             let Some(scan) = self.scan.as_mut() else {
                 return false;
             };
-            if !scan.step(&self.table, SCAN_BUDGET) {
-                // Part of a pass done: let the loop yield before the rest.
+            if scan.step(&self.table, SCAN_STEP) {
+                // The pass is complete: its selection is what prints next, and a
+                // full selection means another pass starts after its newest entry.
+                let (newest, n) = scan.newest();
+                let done = self.scan.take().map(OrderedScan::into_oldest);
+                if n == MAP_CHUNK {
+                    self.scan = Some(OrderedScan::new(newest, MAP_CHUNK));
+                }
+                self.pending = done.unwrap_or_default();
+            }
+            if Instant::now() >= deadline {
                 return true;
             }
-            let done = self
-                .scan
-                .take()
-                .map(OrderedScan::finish)
-                .unwrap_or_default();
-            if done.len() == MAP_CHUNK {
-                self.scan = Some(OrderedScan::new(done.last().map(|e| e.seq), MAP_CHUNK));
-            }
-            // A short selection is the end of the map (`scan` stays `None`).
-            self.pending = done;
-            self.pos = 0;
+        }
+    }
+}
+
+impl Drop for MapDump {
+    /// A dump closed part way may hold thousands of entry clones: released off the
+    /// worker, as tables are.
+    fn drop(&mut self) {
+        if self.pending.len() + self.scan.as_ref().map_or(0, |s| s.newest().1) > LIGHT_DUMP {
+            let garbage = (std::mem::take(&mut self.pending), self.scan.take());
+            maps::drop_later(Box::new(garbage));
         }
     }
 }

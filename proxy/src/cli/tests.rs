@@ -983,6 +983,46 @@ fn add_map_payload_in_prompt_mode() {
 }
 
 #[test]
+fn a_large_payload_is_applied_in_slices_with_the_same_outcome() {
+    let (ctx, _tx) = map_ctx();
+    // About 20 slices of PAYLOAD_SLICE bytes: every entry lands, in order.
+    let n = 6000u32;
+    let mut cmd = String::from("add map #0 <<\n");
+    for i in 0..n {
+        cmd.push_str(&format!(
+            "10.{}.{}.{} v{i}\n",
+            100 + i / 65536,
+            (i / 256) % 256,
+            i % 256
+        ));
+    }
+    assert!(cmd.len() > 10 * PAYLOAD_SLICE);
+    assert_eq!(converse(&ctx, admin_session(), cmd.as_bytes(), true), "\n");
+    let got = converse(&ctx, admin_session(), b"show map #0\n", true);
+    let (lines, _) = map_lines(&got);
+    assert_eq!(lines.len(), 2 + n as usize);
+    assert_eq!(lines[2], "10.100.0.0 v0");
+    assert_eq!(
+        lines[2 + n as usize - 1],
+        format!("10.100.23.111 v{}", n - 1)
+    );
+    // A bad line in a late slice: what came before it stays (earlier slices
+    // included), nothing after it is applied, and the error is the answer.
+    let mut cmd = String::from("add map #0 <<\n");
+    for i in 0..3000u32 {
+        cmd.push_str(&format!("10.200.{}.{} w\n", i / 256, i % 256));
+    }
+    cmd.push_str("zz w\n10.201.0.1 w\n");
+    assert_eq!(
+        converse(&ctx, admin_session(), cmd.as_bytes(), true),
+        "'zz' is not a valid IPv4 or IPv6 address.\n\n"
+    );
+    let got = converse(&ctx, admin_session(), b"show map #0\n", true);
+    assert_eq!(got.matches(" w\n").count(), 3000);
+    assert!(got.contains(" 10.200.11.183 w\n") && !got.contains("10.201.0.1"));
+}
+
+#[test]
 fn five_add_maps_then_immediate_close_are_all_applied() {
     let (ctx, _tx) = map_ctx();
     for run in 0..200 {

@@ -349,6 +349,31 @@ impl MapRt {
     }
 }
 
+thread_local! {
+    /// Set on the `shunt-drop` thread: what it drops is not sent again.
+    static DROP_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Give the calling thread the lowest CPU priority (nice 19): freeing garbage must
+/// never take the CPU from a worker, only use what the workers leave. Best effort.
+fn lowest_priority() {
+    // SAFETY: setpriority with PRIO_PROCESS and who 0 changes the calling thread's
+    // nice value only (on Linux the "process" is the calling thread); it reads no
+    // memory of ours.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, DROP_NICE) };
+    if r != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "shunt-drop: cannot lower priority");
+    }
+}
+
+/// Nice value of the `shunt-drop` thread.
+const DROP_NICE: libc::c_int = 19;
+
+/// Whether this thread is the `shunt-drop` thread.
+pub fn on_drop_thread() -> bool {
+    DROP_THREAD.with(std::cell::Cell::get)
+}
+
 /// Free `garbage` on a background thread (`shunt-drop`) instead of the calling
 /// worker: dropping a large table walks every entry. Falls back to dropping here if
 /// the thread cannot be started.
@@ -360,6 +385,8 @@ pub fn drop_later(garbage: Box<dyn Send>) {
         std::thread::Builder::new()
             .name("shunt-drop".into())
             .spawn(move || {
+                DROP_THREAD.with(|d| d.set(true));
+                lowest_priority();
                 for g in rx {
                     drop(g);
                 }

@@ -29,7 +29,8 @@
 //! the leaves; `lens_v4`/`lens_v6` list exactly the lengths with a non-zero count, longest
 //! first; every key's entry list is non-empty and ordered by `seq`.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -71,6 +72,36 @@ pub struct Table {
     /// Entries (not keys) held.
     entries: usize,
     kind: MapKind,
+}
+
+/// From this many entries, a table's last owner hands its contents to the
+/// `shunt-drop` thread instead of freeing them itself (a worker must not spend
+/// milliseconds freeing a map it happened to hold last).
+pub const DROP_LATER_ENTRIES: usize = 1024;
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        // The last reference to a big version may be dropped anywhere: by a flow's
+        // lookup guard after a commit swapped the version out, by a finished dump,
+        // by a commit. Only the radix moves (one reference count); a root shared
+        // with another version is merely released over there.
+        if self.entries >= DROP_LATER_ENTRIES && !super::on_drop_thread() {
+            let root = std::mem::replace(&mut self.root, empty_root());
+            super::drop_later(Box::new(root));
+        }
+    }
+}
+
+/// The root of an empty table, shared (what a dropped table keeps meanwhile).
+fn empty_root() -> Arc<[Arc<Mid>; FANOUT]> {
+    static EMPTY: std::sync::OnceLock<Arc<[Arc<Mid>; FANOUT]>> = std::sync::OnceLock::new();
+    EMPTY
+        .get_or_init(|| {
+            let leaf = Arc::new(Leaf::new());
+            let mid: Arc<Mid> = Arc::new(std::array::from_fn(|_| leaf.clone()));
+            Arc::new(std::array::from_fn(|_| mid.clone()))
+        })
+        .clone()
 }
 
 impl Default for Table {
@@ -336,19 +367,68 @@ pub const LEAVES: usize = FANOUT * FANOUT;
 ///
 /// Why a selection pass rather than a sorted index: a table is hashed, not ordered, and
 /// keeping an order index would make every `add map` dearer. A pass visits every entry
-/// but keeps at most `2 * max` clones (three reference counts each, no copy of the
-/// text): when the buffer fills, the `max` oldest are kept and the rest dropped, and
-/// from then on entries newer than the newest kept are skipped. A dump of n entries
-/// costs n / max passes; the caller bounds each [`OrderedScan::step`] by entries
-/// visited, so a pass over a huge map can yield to the scheduler part way.
+/// and keeps the `max` oldest qualifying ones in a max-heap (clones: reference counts,
+/// no copy of the text); once it is full, an entry replaces the newest kept one only
+/// if it is older. A dump of n entries costs n / max passes. The cost of a step is
+/// proportional to the entries it visits (no sort or selection of the whole buffer at
+/// once), so the caller bounds each [`OrderedScan::step`] by entries visited and a
+/// pass over a huge map yields part way; [`OrderedScan::into_oldest`] then hands the
+/// selection out oldest first, one heap pop per entry, as the dump prints it.
 #[derive(Debug)]
 pub struct OrderedScan {
     after: Option<u64>,
     max: usize,
     next_leaf: usize,
-    buf: Vec<Entry>,
-    /// Once `max` entries are kept: the newest of them (newer ones cannot qualify).
-    ceiling: Option<u64>,
+    /// The oldest qualifying entries seen so far, newest on top.
+    kept: BinaryHeap<BySeq>,
+}
+
+/// An entry ordered by its insertion number alone (unique within the process).
+#[derive(Debug, Clone)]
+pub struct BySeq(pub Entry);
+
+impl PartialEq for BySeq {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.seq == other.0.seq
+    }
+}
+
+impl Eq for BySeq {}
+
+impl PartialOrd for BySeq {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for BySeq {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.seq.cmp(&other.0.seq)
+    }
+}
+
+/// A finished selection, handed out oldest first: a min-heap of (seq, index)
+/// pairs over the entries, so a pop moves 16 bytes, not entries.
+#[derive(Debug, Default)]
+pub struct Oldest {
+    entries: Vec<Option<Entry>>,
+    order: BinaryHeap<Reverse<(u64, u32)>>,
+}
+
+impl Oldest {
+    /// The oldest entry not yet taken.
+    pub fn pop(&mut self) -> Option<Entry> {
+        let Reverse((_, i)) = self.order.pop()?;
+        self.entries.get_mut(i as usize).and_then(Option::take)
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
 }
 
 impl OrderedScan {
@@ -358,8 +438,7 @@ impl OrderedScan {
             after,
             max: max.max(1),
             next_leaf: 0,
-            buf: Vec::new(),
-            ceiling: None,
+            kept: BinaryHeap::new(),
         }
     }
 
@@ -368,38 +447,66 @@ impl OrderedScan {
     /// pass has visited every leaf.
     pub fn step(&mut self, table: &Table, budget: usize) -> bool {
         let first = self.next_leaf;
+        if first == 0 {
+            // The selection's final size at most, allocated once (see into_oldest).
+            self.kept.reserve(self.max.min(table.len()));
+        }
         let mut visited = 0usize;
         while self.next_leaf < LEAVES && (self.next_leaf == first || visited < budget) {
             let i = self.next_leaf;
             self.next_leaf += 1;
             for e in table.leaf_entries(i) {
                 visited += 1;
-                if self.after.is_some_and(|a| e.seq <= a) || self.ceiling.is_some_and(|c| e.seq > c)
-                {
+                if self.after.is_some_and(|a| e.seq <= a) {
                     continue;
                 }
-                self.buf.push(e.clone());
-                if self.buf.len() >= 2 * self.max {
-                    self.keep_oldest();
+                if self.kept.len() < self.max {
+                    self.kept.push(BySeq(e.clone()));
+                } else if let Some(mut newest) = self.kept.peek_mut() {
+                    if e.seq < newest.0.seq {
+                        *newest = BySeq(e.clone());
+                    }
                 }
             }
         }
         self.next_leaf >= LEAVES
     }
 
-    fn keep_oldest(&mut self) {
-        if self.buf.len() > self.max {
-            self.buf.select_nth_unstable_by_key(self.max - 1, |e| e.seq);
-            self.buf.truncate(self.max);
+    /// The newest entry selected (where the next pass starts after), and how many
+    /// were selected (fewer than `max` means the table holds no more after them).
+    pub fn newest(&self) -> (Option<u64>, usize) {
+        (self.kept.peek().map(|e| e.0.seq), self.kept.len())
+    }
+
+    /// The selection, to be handed out oldest first (a linear-time heap rebuild).
+    pub fn into_oldest(self) -> Oldest {
+        let entries: Vec<Option<Entry>> = self
+            .kept
+            .into_vec()
+            .into_iter()
+            .map(|e| Some(e.0))
+            .collect();
+        // Sized up front: growing a large vector step by step costs far more than
+        // its final size (reallocations of fresh pages, milliseconds in all).
+        let mut order = Vec::with_capacity(entries.len());
+        for (i, e) in entries.iter().enumerate() {
+            if let (Some(e), Ok(i)) = (e, u32::try_from(i)) {
+                order.push(Reverse((e.seq, i)));
+            }
         }
-        self.ceiling = self.buf.iter().map(|e| e.seq).max();
+        Oldest {
+            entries,
+            order: BinaryHeap::from(order),
+        }
     }
 
     /// The collected entries, oldest first (at most `max`; fewer means the table holds
     /// no more after them).
-    pub fn finish(mut self) -> Vec<Entry> {
-        self.keep_oldest();
-        self.buf.sort_unstable_by_key(|e| e.seq);
-        self.buf
+    pub fn finish(self) -> Vec<Entry> {
+        self.kept
+            .into_sorted_vec()
+            .into_iter()
+            .map(|e| e.0)
+            .collect()
     }
 }

@@ -349,6 +349,48 @@ fn ordered_scan_pages_every_entry_once_in_insertion_order() {
 }
 
 #[test]
+fn a_selection_is_handed_out_oldest_first() {
+    let mut t = Table::default();
+    for i in 0..2000u32 {
+        // Seqs in an order unrelated to the keys' hash order.
+        let seq = u64::from((i * 7919) % 2000) + 10;
+        let k = std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string();
+        t.add(net(&k), entry(seq, &k, "v"));
+    }
+    let mut scan = table::OrderedScan::new(Some(109), 500);
+    while !scan.step(&t, 64) {}
+    assert_eq!(scan.newest(), (Some(609), 500));
+    let mut oldest = scan.into_oldest();
+    assert_eq!(oldest.len(), 500);
+    let got: Vec<u64> = std::iter::from_fn(|| oldest.pop()).map(|e| e.seq).collect();
+    assert_eq!(got, (110..610).collect::<Vec<_>>());
+    assert!(oldest.is_empty());
+}
+
+#[test]
+fn a_big_table_is_freed_off_the_dropping_thread_and_nothing_leaks() {
+    let mut t = Table::default();
+    let n = table::DROP_LATER_ENTRIES as u32 + 10;
+    for i in 0..n {
+        let k = std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string();
+        t.add(net(&k), entry(u64::from(i), &k, "v"));
+    }
+    let probe = t.get_exact(net("10.0.0.1")).unwrap().key.clone();
+    assert_eq!(Arc::strong_count(&probe), 2);
+    assert!(!on_drop_thread());
+    drop(t);
+    // The entries are released by the shunt-drop thread, soon.
+    let t0 = std::time::Instant::now();
+    while Arc::strong_count(&probe) > 1 {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "table never freed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
 fn prepared_versions_stay_private_until_commit() {
     let maps = Maps::new(&config_with_map("127.0.0.2 a\n127.0.0.3 a\n"));
     let m = maps.find("#0").unwrap();
