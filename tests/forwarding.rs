@@ -34,7 +34,7 @@ fn bidirectional(mode: &str, size: usize) {
             w.shutdown(Shutdown::Write).expect("shutdown");
         });
         let up = read_to_end(&mut s).expect("server read");
-        *g2.lock().expect("lock") = sha256(&up);
+        *g2.lock().expect("lock") = format!("{} ({} bytes)", sha256(&up), up.len());
         writer.join().expect("writer");
     });
     let (shunt, addr) = start(&[server.addr], "", mode);
@@ -48,16 +48,29 @@ fn bidirectional(mode: &str, size: usize) {
     });
     let got_down = read_to_end(&mut c).expect("client read");
     writer.join().expect("writer");
-    assert_eq!(got_down.len(), size, "{mode}: bytes to client");
-    assert_eq!(sha256(&got_down), sha256(&down), "{mode}: data to client");
+    let diag = || {
+        if mode == "sockmap" {
+            kernel_diagnostics(&shunt)
+        } else {
+            String::new()
+        }
+    };
+    assert_eq!(got_down.len(), size, "{mode}: bytes to client; {}", diag());
+    assert_eq!(
+        sha256(&got_down),
+        sha256(&down),
+        "{mode}: data to client; {}",
+        diag()
+    );
     let t0 = Instant::now();
     while got_up.lock().expect("lock").is_empty() && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(
         *got_up.lock().expect("lock"),
-        sha256(&up),
-        "{mode}: data to server"
+        format!("{} ({} bytes)", sha256(&up), up.len()),
+        "{mode}: data to server; {}",
+        diag()
     );
     let sock = shunt.sock();
     assert_mode(&sock, mode);

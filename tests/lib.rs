@@ -531,3 +531,21 @@ pub fn assert_mode(sock: &Path, mode: &str) {
         want.1
     );
 }
+
+/// What to look at when a kernel flow delivered the wrong bytes: shunt's warnings and
+/// errors (the EOF byte-count check, the verdict's aya-log records) and the kernel
+/// path's counters.
+pub fn kernel_diagnostics(shunt: &Shunt) -> String {
+    let log: Vec<String> = shunt
+        .stderr()
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("trim"))
+        .map(str::to_owned)
+        .collect();
+    let counters: Vec<String> = show_info(&shunt.sock())
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("Sockmap"))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    format!("counters {counters:?}; log:\n{}", log.join("\n"))
+}
