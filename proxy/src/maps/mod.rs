@@ -354,9 +354,17 @@ thread_local! {
     static DROP_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Give the calling thread the lowest CPU priority (nice 19): freeing garbage must
-/// never take the CPU from a worker, only use what the workers leave. Best effort.
+/// Give the calling thread the lowest CPU priority: `SCHED_IDLE` (a worker that
+/// wakes takes the CPU back at once; a nice-19 thread could still hold it for a
+/// scheduler slice, milliseconds), or nice 19 where that is refused. Freeing
+/// garbage must only use what the workers leave. Best effort.
 fn lowest_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler(0, ...) changes the calling thread's policy only;
+    // it reads `param`, a valid struct on our stack.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0 {
+        return;
+    }
     // SAFETY: setpriority with PRIO_PROCESS and who 0 changes the calling thread's
     // nice value only (on Linux the "process" is the calling thread); it reads no
     // memory of ours.
@@ -366,8 +374,16 @@ fn lowest_priority() {
     }
 }
 
-/// Nice value of the `shunt-drop` thread.
+/// Nice value of the `shunt-drop` thread where `SCHED_IDLE` is refused.
 const DROP_NICE: libc::c_int = 19;
+
+/// Most garbage items waiting for the `shunt-drop` thread. At the lowest priority
+/// it may fall behind on a saturated machine; beyond this the caller frees its
+/// own garbage, so memory stays bounded.
+const DROP_BACKLOG_MAX: usize = 256;
+
+/// Garbage items sent to the `shunt-drop` thread and not yet freed.
+static DROP_BACKLOG: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether this thread is the `shunt-drop` thread.
 pub fn on_drop_thread() -> bool {
@@ -389,16 +405,25 @@ pub fn drop_later(garbage: Box<dyn Send>) {
                 lowest_priority();
                 for g in rx {
                     drop(g);
+                    DROP_BACKLOG.fetch_sub(1, Ordering::Relaxed);
                 }
             })
             .ok()
             .map(|_| Mutex::new(tx))
     });
-    if let Some(tx) = tx {
-        let tx = tx.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(back) = tx.send(garbage) {
-            drop(back.0);
-        }
+    let Some(tx) = tx else {
+        return;
+    };
+    if DROP_BACKLOG.fetch_add(1, Ordering::Relaxed) >= DROP_BACKLOG_MAX {
+        // The thread is behind: free it here (bounded memory beats latency).
+        DROP_BACKLOG.fetch_sub(1, Ordering::Relaxed);
+        drop(garbage);
+        return;
+    }
+    let tx = tx.lock().unwrap_or_else(|e| e.into_inner());
+    if let Err(back) = tx.send(garbage) {
+        DROP_BACKLOG.fetch_sub(1, Ordering::Relaxed);
+        drop(back.0);
     }
 }
 
