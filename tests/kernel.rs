@@ -42,6 +42,10 @@ fn assert_kernel_counts_agreed(shunt: &Shunt) {
     if trimmed > 0 {
         eprintln!("retransmitted overlaps trimmed by the verdict: {trimmed}");
     }
+    let caught_up = info(shunt, "SockmapEofCatchups");
+    if caught_up > 0 {
+        eprintln!("EOFs seen before the verdict had caught up (waited for): {caught_up}");
+    }
 }
 
 fn info(shunt: &Shunt, key: &str) -> u64 {

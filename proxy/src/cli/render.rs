@@ -901,6 +901,13 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
             value: value.to_string(),
         });
     }
+    v.push(InfoField {
+        pos: 88,
+        name: "SockmapEofCatchups",
+        tags: "CGS",
+        ty: "u64",
+        value: k.eof_catchups.to_string(),
+    });
     v
 }
 

@@ -42,8 +42,11 @@
 //!   While passed bytes are unacknowledged nothing is redirected, so the
 //!   redirected count is final during that wait.
 //! * **Half-close.** The kernel does not propagate FIN. When the source reads
-//!   EOF, userspace runs the same drain check and only then shuts the peer's
-//!   write side, because shutting it earlier drops the psock backlog.
+//!   EOF, userspace first waits until the verdict has seen every byte TCP
+//!   received since insertion (the FIN can be readable before the verdict ran
+//!   over the data ahead of it: `verdict_behind`), then runs the same drain
+//!   check, and only then shuts the peer's write side, because shutting it
+//!   earlier drops the psock backlog.
 //! * **Teardown.** Both SOCKHASH keys and both flow entries are deleted when
 //!   the flow ends, on every path (a guard's `Drop`), before the sockets
 //!   close. A clean end has drained both directions first.
@@ -93,6 +96,9 @@ const TICK_IDLE: Duration = Duration::from_millis(200);
 const LIMIT_STEPS: usize = 8;
 /// Poll period of the drain check.
 const DRAIN_POLL: Duration = Duration::from_millis(1);
+/// Polls (of [`DRAIN_POLL`]) at EOF waiting for the verdict to catch up with
+/// the bytes received before the FIN, before going on regardless.
+const EOF_CATCHUP_POLLS: u32 = 1000;
 
 static KERNEL: OnceLock<Bpf> = OnceLock::new();
 static MAX_INFLIGHT: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_INFLIGHT);
@@ -100,6 +106,9 @@ static MAX_INFLIGHT: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_INFLIGHT);
 static PEAK_INFLIGHT: AtomicUsize = AtomicUsize::new(0);
 /// Flows that were not eligible and went to splice instead.
 static FALLBACKS: AtomicU64 = AtomicU64::new(0);
+/// Directions whose EOF was seen before the verdict had run over every byte
+/// received ahead of the FIN (userspace waited for it).
+static EOF_CATCHUPS: AtomicU64 = AtomicU64::new(0);
 
 /// Process-wide sockmap figures for `show info`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -117,6 +126,8 @@ pub struct KernelInfo {
     pub trim_failed: u64,
     /// Segments whose control block held no consistent sequence range.
     pub seq_unknown: u64,
+    /// EOFs seen before the verdict caught up (see `verdict_behind`).
+    pub eof_catchups: u64,
 }
 
 /// Current figures (map sizes are counted by walking the keys: cheap enough
@@ -125,6 +136,7 @@ pub fn info() -> KernelInfo {
     let mut k = KernelInfo {
         peak_inflight: PEAK_INFLIGHT.load(Ordering::Relaxed),
         fallbacks: FALLBACKS.load(Ordering::Relaxed),
+        eof_catchups: EOF_CATCHUPS.load(Ordering::Relaxed),
         ..KernelInfo::default()
     };
     if let Some(b) = kernel() {
@@ -604,6 +616,28 @@ fn check_totals(ins: &Inserted, dir: Dir, from: &TcpStream, to: &TcpStream, st: 
     }
 }
 
+/// Whether the verdict has yet to see bytes TCP received on `dir.from` before
+/// its FIN: every byte received since insertion goes through the verdict
+/// (redirected or passed and read), so fewer seen than received since the
+/// baseline means a verdict run is still to come.
+fn verdict_behind(
+    ins: &Inserted,
+    flow: &Flow<'_>,
+    dir: Dir,
+    from: &TcpStream,
+    st: &DirState,
+) -> Result<bool, DirError> {
+    let received = sock::send_state(from.as_fd())
+        .map_err(|e| DirError::new(dir.from, e))?
+        .received
+        .saturating_sub(1)
+        .saturating_sub(ins.base(dir.from).received);
+    let redirected = ins
+        .account(flow, dir)
+        .map_err(|e| DirError::new(dir.from, e))?;
+    Ok(redirected + st.read.get() < received)
+}
+
 /// What a socket in the SOCKHASH has for userspace.
 enum Passed {
     /// Bytes the verdict passed, read into the buffer.
@@ -698,6 +732,7 @@ pub(crate) async fn run(
     let mut buf = vec![0u8; PASS_BUF];
     let mut tick = TICK_ACTIVE;
     let mut idle_ticks = 0u32;
+    let mut eof_waits = 0u32;
     loop {
         if !st.unsent.borrow().is_empty() {
             // Passed bytes: never ahead of redirected ones.
@@ -720,6 +755,26 @@ pub(crate) async fn run(
                         if passed(ins, dir)? > st.read.get() {
                             tokio::time::sleep(DRAIN_POLL).await;
                             continue;
+                        }
+                        // The FIN can also be visible before the verdict has
+                        // run over the data TCP received ahead of it (seen in
+                        // tests: half a flow's bytes redirected only after
+                        // EOF was read). Draining then would compare against
+                        // a redirected count that is not final yet, and the
+                        // FIN would overtake redirected bytes.
+                        if verdict_behind(ins, flow, dir, from, st)? {
+                            if eof_waits == 0 {
+                                EOF_CATCHUPS.fetch_add(1, Ordering::Relaxed);
+                            }
+                            eof_waits += 1;
+                            if eof_waits <= EOF_CATCHUP_POLLS {
+                                tokio::time::sleep(DRAIN_POLL).await;
+                                continue;
+                            }
+                            tracing::warn!(
+                                ?dir,
+                                "sockmap: the verdict did not catch up with the bytes received before EOF"
+                            );
                         }
                         flow.shut(dir.from);
                         drain(flow, ins, dir, to, st).await?;
