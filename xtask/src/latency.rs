@@ -570,7 +570,7 @@ impl Drop for Echo {
 }
 
 /// The value at quantile `q` of sorted `v` (nearest rank).
-fn quantile(v: &[u64], q: f64) -> u64 {
+pub(crate) fn quantile(v: &[u64], q: f64) -> u64 {
     if v.is_empty() {
         return 0;
     }
@@ -578,7 +578,8 @@ fn quantile(v: &[u64], q: f64) -> u64 {
     v[rank - 1]
 }
 
-fn ms(us: u64) -> String {
+/// Microseconds as milliseconds with three decimals.
+pub(crate) fn ms(us: u64) -> String {
     format!("{:.3}", us as f64 / 1000.0)
 }
 

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 
 use crate::delay::{self, Wire};
+use crate::latency::{ms, quantile};
 use crate::peers;
 use crate::proc::{self, ChildGuard};
 use crate::servers;
@@ -472,19 +473,6 @@ impl Drop for FarEcho {
     }
 }
 
-/// The value at quantile `q` of sorted `v` (nearest rank).
-fn quantile(v: &[u64], q: f64) -> u64 {
-    if v.is_empty() {
-        return 0;
-    }
-    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
-    v[rank - 1]
-}
-
-fn ms(us: u64) -> String {
-    format!("{:.3}", us as f64 / 1000.0)
-}
-
 fn per_100(n: u64, flows: u64) -> String {
     format!("{:.1}", n as f64 * 100.0 / flows.max(1) as f64)
 }
@@ -617,15 +605,6 @@ fn render(plan: &Plan, w: &WireCheck, ttfb: &[Ttfb], storms: &[Storm]) -> String
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quantiles_by_nearest_rank() {
-        let v: Vec<u64> = (1..=200).collect();
-        assert_eq!(quantile(&v, 0.5), 100);
-        assert_eq!(quantile(&v, 0.99), 198);
-        assert_eq!(quantile(&v[..1], 0.99), 1);
-        assert_eq!(quantile(&[], 0.5), 0);
-    }
 
     #[test]
     fn parses_idle_cur_and_fd_takeover() {
