@@ -21,6 +21,11 @@
 //! close. The report gives p50 / p99 / p99.5 / p99.9 / max per setup, the CLI work
 //! done, and the profile of the CLI task (its `cpu_avg` is the cost of one heavy run).
 //!
+//! CPUs: on a machine with two or more, shunt runs on CPU 1 (through `taskset`) and
+//! every load generator of the scenario (flow clients, echo server, CLI clients: the
+//! threads of this process started after [`run`] pins itself) on CPU 0, as the seed
+//! experiment ran them on other machines; the report says which layout was used.
+//!
 //! Invariants: shunt is started through `proc::ChildGuard` (pid in the pid file, stopped
 //! on every exit path); every loop here is bounded by the measurement window and polls
 //! `proc::stop_requested`; traffic stays on 127.0.0.1.
