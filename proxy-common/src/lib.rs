@@ -83,7 +83,8 @@ pub const CTR_PASS_EMPTY: u32 = 7;
 /// whole segment: untrimmed, the old bytes would be delivered twice.
 pub const CTR_OVERLAP_TRIMMED: u32 = 8;
 /// Trimming an overlap failed (`bpf_skb_adjust_room`, e.g. no memory to pull
-/// the head): the segment went on whole. A broken invariant, logged.
+/// the head) while an earlier skip (see [`CTR_TRIM_PASSED`]) was still
+/// outstanding: the segment went on whole. A broken invariant, logged.
 pub const CTR_TRIM_FAILED: u32 = 9;
 /// Segments whose control block did not hold a consistent TCP sequence range
 /// (`end_seq - seq` is neither the length nor the length plus a FIN): the
@@ -92,6 +93,11 @@ pub const CTR_SEQ_UNKNOWN: u32 = 10;
 /// Segments made only of bytes already seen (TCP never queues those; counted
 /// and consumed if it ever does).
 pub const CTR_WHOLE_OVERLAP: u32 = 11;
+/// Trimming an overlap failed (the head pull needs an atomic allocation that
+/// can fail when memory is fragmented); the segment was passed to userspace
+/// instead, with the repeated range recorded in `FlowStats::skip_at` /
+/// `skip_len` for userspace to discard.
+pub const CTR_TRIM_PASSED: u32 = 12;
 /// Number of slots in the counters array (spare slots keep room to grow).
 pub const COUNTERS_LEN: u32 = 16;
 /// Human names of the counter slots, indexed by `CTR_*`.
@@ -108,7 +114,7 @@ pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
     "trim_failed",
     "seq_unknown",
     "whole_overlap",
-    "spare_12",
+    "trim_passed",
     "spare_13",
     "spare_14",
     "spare_15",
@@ -162,6 +168,16 @@ pub struct FlowStats {
     /// Bytes trimmed off segment heads because the verdict had already seen
     /// them (see [`CTR_OVERLAP_TRIMMED`]); counted in no other field.
     pub overlap_bytes: u64,
+    /// Where in this direction's passed stream (a `passed_bytes` offset) the
+    /// latest range of repeated bytes starts that the verdict could not trim
+    /// and passed for userspace to discard (see [`CTR_TRIM_PASSED`]).
+    pub skip_at: u64,
+    /// Length of that range (0: none yet). The verdict records a new range only
+    /// once userspace acknowledged past the previous one
+    /// (`FlowCtl::passed_ack >= skip_at + skip_len`).
+    pub skip_len: u64,
+    /// Ranges recorded so far.
+    pub skips: u64,
     /// TCP sequence number just past the last byte the verdict saw.
     pub next_seq: u32,
     /// Non-zero once `next_seq` holds a value.
@@ -182,7 +198,7 @@ pub struct FlowState {
 /// Size of [`FlowCtl`] in bytes, as the map definition on both sides uses it.
 pub const FLOW_CTL_SIZE: usize = 24;
 /// Size of [`FlowStats`] in bytes.
-pub const FLOW_STATS_SIZE: usize = 56;
+pub const FLOW_STATS_SIZE: usize = 80;
 /// Size of [`FlowState`] in bytes.
 pub const FLOW_STATE_SIZE: usize = FLOW_CTL_SIZE + FLOW_STATS_SIZE;
 
@@ -197,7 +213,7 @@ const _: () = assert!(SOCKHASH_NAME.len() <= 15);
 const _: () = assert!(FLOW_CTL_NAME.len() <= 15);
 const _: () = assert!(FLOW_STATS_NAME.len() <= 15);
 const _: () = assert!(COUNTERS_NAME.len() <= 15);
-const _: () = assert!(CTR_WHOLE_OVERLAP < COUNTERS_LEN);
+const _: () = assert!(CTR_TRIM_PASSED < COUNTERS_LEN);
 
 /// Compile-time string equality, so the eBPF crate can check that the literal
 /// names its `#[map]` attributes need are the ones defined here.
@@ -242,7 +258,8 @@ mod tests {
         assert_eq!(core::mem::offset_of!(FlowCtl, ready), 16);
         assert_eq!(core::mem::offset_of!(FlowCtl, paused), 20);
         assert_eq!(core::mem::offset_of!(FlowStats, redirect_failures), 32);
-        assert_eq!(core::mem::offset_of!(FlowStats, next_seq), 48);
+        assert_eq!(core::mem::offset_of!(FlowStats, skip_at), 48);
+        assert_eq!(core::mem::offset_of!(FlowStats, next_seq), 72);
         assert_eq!(core::mem::offset_of!(FlowState, stats), FLOW_CTL_SIZE);
     }
 

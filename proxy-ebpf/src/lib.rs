@@ -38,7 +38,8 @@ use aya_log_ebpf::{debug, error, info};
 use proxy_common::{
     str_eq, FlowCtl, FlowStats, SockKey, COUNTERS_LEN, COUNTERS_NAME, CTR_NO_FLOW_CTL,
     CTR_NO_FLOW_STATS, CTR_OVERLAP_TRIMMED, CTR_PASS_EMPTY, CTR_PASS_NOT_READY, CTR_PASS_PAUSED,
-    CTR_PASS_UNACKED, CTR_REDIRECT_FAILED, CTR_SEQ_UNKNOWN, CTR_TRIM_FAILED, CTR_VERDICT_FAILED,
+    CTR_PASS_UNACKED, CTR_REDIRECT_FAILED, CTR_SEQ_UNKNOWN, CTR_TRIM_FAILED, CTR_TRIM_PASSED,
+    CTR_VERDICT_FAILED,
     CTR_WHOLE_OVERLAP, FLOW_CAPACITY, FLOW_CTL_NAME, FLOW_MAP_FLAGS, FLOW_STATS_NAME,
     SOCKHASH_CAPACITY, SOCKHASH_NAME,
 };
@@ -138,14 +139,18 @@ fn try_verdict(ctx: &SkBuffContext) -> Result<u32, Miss> {
     // successful map lookup, stays valid for this invocation (RCU), and this
     // program is the entry's only writer; the kernel runs the verdict of one
     // socket under that socket's lock, so the increments do not race.
-    let len = match trim_overlap(ctx, stats, len) {
-        Some(len) => len,
+    let (len, must_pass) = match trim_overlap(ctx, stats, &ctl, len) {
+        Some(t) => t,
         // Nothing new in it: consume it (see CTR_WHOLE_OVERLAP).
         None => return Ok(SK_DROP),
     };
     // SAFETY: see above.
     let passed_bytes = unsafe { (*stats).passed_bytes };
-    let pass_reason = if ctl.ready == 0 {
+    let pass_reason = if must_pass {
+        // Its head repeats bytes already seen and could not be trimmed: only
+        // userspace can drop them (counted in trim_overlap).
+        Some(CTR_TRIM_PASSED)
+    } else if ctl.ready == 0 {
         Some(CTR_PASS_NOT_READY)
     } else if ctl.paused != 0 {
         Some(CTR_PASS_PAUSED)
@@ -171,7 +176,9 @@ fn try_verdict(ctx: &SkBuffContext) -> Result<u32, Miss> {
         None
     };
     if let Some(reason) = pass_reason {
-        bump(reason);
+        if !must_pass {
+            bump(reason);
+        }
         // SAFETY: see above.
         unsafe {
             (*stats).passed_bytes = passed_bytes + len;
@@ -220,22 +227,33 @@ const TRIM_CALLS: u32 = 17;
 /// the whole segment. The socket's own sequence range sits in the control
 /// block (`TCP_SKB_CB`: `seq`, `end_seq`, which `__sk_buff.cb[0..2]` map to
 /// for sk_skb programs): remove the head this verdict already saw, so every
-/// byte is forwarded once. Returns the segment's new length, or `None` when
+/// byte is forwarded once. Trimming pulls the head into the linear area, an
+/// atomic allocation that can fail when memory is fragmented; then the
+/// segment must be passed (the second value, `true`) with the repeated range
+/// recorded in `skip_at`/`skip_len` for userspace to discard, unless an
+/// earlier range is still unacknowledged (then it goes on whole, counted in
+/// CTR_TRIM_FAILED). Returns the segment's new length, or `None` when
 /// nothing in it is new.
 #[inline(always)]
-fn trim_overlap(ctx: &SkBuffContext, stats: *mut FlowStats, len: u64) -> Option<u64> {
+fn trim_overlap(
+    ctx: &SkBuffContext,
+    stats: *mut FlowStats,
+    ctl: &FlowCtl,
+    len: u64,
+) -> Option<(u64, bool)> {
     let cb = ctx.cb();
     let (seq, end_seq) = (cb[0], cb[1]);
     let span = u64::from(end_seq.wrapping_sub(seq));
     if span != len && span != len + 1 {
         // Not a TCP receive control block as expected: leave it alone.
         bump(CTR_SEQ_UNKNOWN);
-        return Some(len);
+        return Some((len, false));
     }
     let end = seq.wrapping_add(len as u32);
     // SAFETY: `stats` comes from a successful lookup (see try_verdict).
     let (known, next) = unsafe { ((*stats).seq_known, (*stats).next_seq) };
     let mut new_len = len;
+    let mut must_pass = false;
     if known != 0 {
         let seen = next.wrapping_sub(seq) as i32;
         if seen > 0 {
@@ -255,18 +273,30 @@ fn trim_overlap(ctx: &SkBuffContext, stats: *mut FlowStats, len: u64) -> Option<
                 left -= step;
                 calls += 1;
             }
+            new_len = u64::from(ctx.len());
+            // SAFETY: as above.
+            unsafe { (*stats).overlap_bytes += u64::from(seen - left) };
             if left == 0 {
                 bump(CTR_OVERLAP_TRIMMED);
-                new_len = len - u64::from(seen);
-                // SAFETY: as above.
-                unsafe { (*stats).overlap_bytes += u64::from(seen) };
             } else {
-                bump(CTR_TRIM_FAILED);
-                error!(
-                    ctx,
-                    "could not trim {} repeated bytes: forwarding them", left
-                );
-                new_len = u64::from(ctx.len());
+                // SAFETY: as above.
+                let (at, pending) = unsafe { ((*stats).skip_at, (*stats).skip_len) };
+                if pending == 0 || ctl.passed_ack >= at + pending {
+                    bump(CTR_TRIM_PASSED);
+                    // SAFETY: as above.
+                    unsafe {
+                        (*stats).skip_at = (*stats).passed_bytes;
+                        (*stats).skip_len = u64::from(left);
+                        (*stats).skips += 1;
+                    }
+                    must_pass = true;
+                } else {
+                    bump(CTR_TRIM_FAILED);
+                    error!(
+                        ctx,
+                        "could not trim {} repeated bytes: forwarding them", left
+                    );
+                }
             }
         }
     }
@@ -277,7 +307,7 @@ fn trim_overlap(ctx: &SkBuffContext, stats: *mut FlowStats, len: u64) -> Option<
             (*stats).seq_known = 1;
         }
     }
-    Some(new_len)
+    Some((new_len, must_pass))
 }
 
 /// Adds one to a per-CPU counter; a bad index is ignored (nothing to count it in).

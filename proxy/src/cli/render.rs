@@ -901,13 +901,21 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
             value: value.to_string(),
         });
     }
-    v.push(InfoField {
-        pos: 88,
-        name: "SockmapEofCatchups",
-        tags: "CGS",
-        ty: "u64",
-        value: k.eof_catchups.to_string(),
-    });
+    for (i, (name, value)) in [
+        ("SockmapEofCatchups", k.eof_catchups),
+        ("SockmapTrimPassed", k.trim_passed),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        v.push(InfoField {
+            pos: 88 + i as u32,
+            name,
+            tags: "CGS",
+            ty: "u64",
+            value: value.to_string(),
+        });
+    }
     v
 }
 

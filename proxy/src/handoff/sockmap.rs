@@ -128,6 +128,8 @@ pub struct KernelInfo {
     pub seq_unknown: u64,
     /// EOFs seen before the verdict caught up (see `verdict_behind`).
     pub eof_catchups: u64,
+    /// Overlaps the verdict could not trim and passed for userspace to drop.
+    pub trim_passed: u64,
 }
 
 /// Current figures (map sizes are counted by walking the keys: cheap enough
@@ -147,6 +149,7 @@ pub fn info() -> KernelInfo {
             k.pauses = c[proxy_common::CTR_PASS_PAUSED as usize];
             k.overlap_trimmed = c[proxy_common::CTR_OVERLAP_TRIMMED as usize];
             k.trim_failed = c[proxy_common::CTR_TRIM_FAILED as usize];
+            k.trim_passed = c[proxy_common::CTR_TRIM_PASSED as usize];
             k.seq_unknown = c[proxy_common::CTR_SEQ_UNKNOWN as usize];
         }
     }
@@ -402,6 +405,10 @@ pub(crate) struct DirState {
     unsent: RefCell<Vec<u8>>,
     /// EOF was propagated to `to`: the direction is finished.
     done: Cell<bool>,
+    /// Passed bytes read and discarded because they repeated bytes already
+    /// forwarded (an overlap the verdict could not trim: `FlowStats::skip_at`).
+    /// Not carried over a hand-over: after one it only offsets `check_totals`.
+    skipped: Cell<u64>,
 }
 
 impl DirState {
@@ -414,6 +421,7 @@ impl DirState {
             kicks: Cell::new(0),
             unsent: RefCell::new(Vec::new()),
             done: Cell::new(false),
+            skipped: Cell::new(0),
         }
     }
 
@@ -426,6 +434,7 @@ impl DirState {
             kicks: Cell::new(s.kicks),
             unsent: RefCell::new(s.unsent),
             done: Cell::new(s.done),
+            skipped: Cell::new(0),
         }
     }
 
@@ -596,7 +605,7 @@ fn check_totals(ins: &Inserted, dir: Dir, from: &TcpStream, to: &TcpStream, st: 
         .map(|s| s.received)
         .unwrap_or(0)
         .saturating_sub(1);
-    let seen = ins.seen(dir.from).get() + st.read.get();
+    let seen = ins.seen(dir.from).get() + st.read.get() - st.skipped.get();
     let entered = progress(ins, dir, to)
         .map(|p| p.acked + p.queued)
         .unwrap_or(0)
@@ -614,6 +623,19 @@ fn check_totals(ins: &Inserted, dir: Dir, from: &TcpStream, to: &TcpStream, st: 
             "sockmap byte counts disagree at EOF"
         );
     }
+}
+
+/// The part `[a, b)` of a read of `n` passed bytes starting at passed-stream
+/// offset `at` that falls in the repeated range `[skip_at, skip_at + skip_len)`
+/// (`a == b` when they do not meet).
+fn skip_within(at: u64, n: usize, skip_at: u64, skip_len: u64) -> (usize, usize) {
+    let end = at + n as u64;
+    let lo = skip_at.max(at);
+    let hi = (skip_at + skip_len).min(end);
+    if skip_len == 0 || lo >= hi {
+        return (n, n);
+    }
+    ((lo - at) as usize, (hi - at) as usize)
 }
 
 /// Whether the verdict has yet to see bytes TCP received on `dir.from` before
@@ -635,7 +657,7 @@ fn verdict_behind(
     let redirected = ins
         .account(flow, dir)
         .map_err(|e| DirError::new(dir.from, e))?;
-    Ok(redirected + st.read.get() < received)
+    Ok(redirected + st.read.get() - st.skipped.get() < received)
 }
 
 /// What a socket in the SOCKHASH has for userspace.
@@ -802,10 +824,26 @@ pub(crate) async fn run(
                     }
                     Ok(Passed::Data(n)) => {
                         // Held in `st` until written: a hand-over between the
-                        // read and the write carries them along.
+                        // read and the write carries them along. A range the
+                        // verdict marked as repeated is dropped here (the
+                        // marking precedes the bytes: it is written before
+                        // the verdict hands the segment over).
                         flow.touch(dir.from);
-                        st.unsent.borrow_mut().extend_from_slice(&buf[..n]);
-                        st.read.set(st.read.get() + n as u64);
+                        let at = st.read.get();
+                        let (a, b) = match ins.bpf.stats(ins.cookie(dir.from)) {
+                            Ok(k) => skip_within(at, n, k.skip_at, k.skip_len),
+                            Err(_) => (n, n),
+                        };
+                        {
+                            let mut unsent = st.unsent.borrow_mut();
+                            unsent.extend_from_slice(&buf[..a]);
+                            unsent.extend_from_slice(&buf[b..n]);
+                        }
+                        if b > a {
+                            st.skipped.set(st.skipped.get() + (b - a) as u64);
+                            tracing::debug!(?dir, bytes = b - a, "sockmap: repeated bytes the verdict passed were dropped");
+                        }
+                        st.read.set(at + n as u64);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => return Err(DirError::new(dir.from, e)),
@@ -967,4 +1005,25 @@ pub async fn collect_handover(limit: Duration) -> Vec<Handed> {
 /// Kernel flows registered for a hand-over (diagnostics and tests).
 pub fn handover_live() -> usize {
     handover_reg().live
+}
+
+#[cfg(test)]
+mod tests {
+    use super::skip_within;
+
+    #[test]
+    fn a_repeated_range_is_cut_from_the_reads_that_cover_it() {
+        // No range recorded, or one elsewhere: nothing is cut.
+        assert_eq!(skip_within(0, 100, 0, 0), (100, 100));
+        assert_eq!(skip_within(100, 50, 0, 100), (50, 50));
+        assert_eq!(skip_within(0, 100, 100, 20), (100, 100));
+        // Inside one read.
+        assert_eq!(skip_within(1000, 500, 1100, 50), (100, 150));
+        // From the start of a read, and to its end.
+        assert_eq!(skip_within(1000, 500, 1000, 10), (0, 10));
+        assert_eq!(skip_within(1000, 500, 1490, 100), (490, 500));
+        // Spanning two reads: each cuts its own part, together the whole range.
+        assert_eq!(skip_within(0, 300, 200, 250), (200, 300));
+        assert_eq!(skip_within(300, 300, 200, 250), (0, 150));
+    }
 }

@@ -623,7 +623,10 @@ async fn splice_einval_mid_flow_drains_then_copies() {
 async fn cork_regression_8k_pipes() {
     const SIZES: [usize; 5] = [7000, 7372, 8192, 12000, 16384];
     const ROUNDS: usize = 4;
-    const LIMIT: Duration = Duration::from_millis(50);
+    // A stall is ~200 ms per hop; this bound stays well under it and well
+    // over what a loaded 2-core machine adds to a round trip (71 ms seen with
+    // the whole unit suite running at once, under a 50 ms bound).
+    const LIMIT: Duration = Duration::from_millis(150);
     // The only test using the process-wide pool.
     init_pipes(Some(8192), 16);
     {
