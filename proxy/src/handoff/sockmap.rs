@@ -213,6 +213,10 @@ pub struct Inserted {
     seen: [Cell<u64>; 2],
     /// Cleared when the flow was handed to another process: the entries stay.
     armed: Cell<bool>,
+    /// Bytes each socket (client, server) had received and userspace had
+    /// read before insertion (they never meet the verdict), or `None` for a
+    /// flow adopted from another process, whose counts stayed there.
+    pre_read: Option<[u64; 2]>,
 }
 
 impl Drop for Inserted {
@@ -245,10 +249,18 @@ pub fn insert(client: &TcpStream, server: &TcpStream) -> Result<Inserted, NotEli
         FALLBACKS.fetch_add(1, Ordering::Relaxed);
         return Err(NotEligible::Fallback("peer already half-closed".into()));
     }
+    // Unread bytes first, totals second: a byte arriving in between counts
+    // as read before insertion, which only weakens `verdict_behind`'s bound.
+    let unread = |s: &TcpStream| sock::inq(s.as_fd()).map(|n| n as u64).unwrap_or(0);
+    let (unread_client, unread_server) = (unread(client), unread(server));
     let base_client =
         sock::send_state(client.as_fd()).map_err(|e| NotEligible::Fallback(e.to_string()))?;
     let base_server =
         sock::send_state(server.as_fd()).map_err(|e| NotEligible::Fallback(e.to_string()))?;
+    let pre_read = [
+        base_client.received.saturating_sub(unread_client),
+        base_server.received.saturating_sub(unread_server),
+    ];
     let (cookie_client, cookie_server) = match bpf.insert_pair(client, server) {
         Ok(c) => c,
         Err(e) if e.rolled_back_client() => {
@@ -268,6 +280,7 @@ pub fn insert(client: &TcpStream, server: &TcpStream) -> Result<Inserted, NotEli
         base_server,
         seen: [Cell::new(0), Cell::new(0)],
         armed: Cell::new(true),
+        pre_read: Some(pre_read),
     };
     // Switch each direction on: ready, nothing passed yet, and the
     // kernel-kept bound. Then kick the socket so queued bytes meet the verdict.
@@ -511,6 +524,7 @@ impl Inserted {
             base_server: snap.base_server,
             seen: [Cell::new(snap.seen[0]), Cell::new(snap.seen[1])],
             armed: Cell::new(true),
+            pre_read: None,
         })
     }
 
@@ -639,9 +653,10 @@ fn skip_within(at: u64, n: usize, skip_at: u64, skip_len: u64) -> (usize, usize)
 }
 
 /// Whether the verdict has yet to see bytes TCP received on `dir.from` before
-/// its FIN: every byte received since insertion goes through the verdict
-/// (redirected or passed and read), so fewer seen than received since the
-/// baseline means a verdict run is still to come.
+/// its FIN. Every byte the socket ever received goes through the verdict
+/// (redirected, or passed and read) except what userspace read before
+/// insertion; for an adopted flow, whose pre-insertion count stayed with the
+/// first process, only the bytes received since insertion are known to.
 fn verdict_behind(
     ins: &Inserted,
     flow: &Flow<'_>,
@@ -649,11 +664,16 @@ fn verdict_behind(
     from: &TcpStream,
     st: &DirState,
 ) -> Result<bool, DirError> {
-    let received = sock::send_state(from.as_fd())
+    let total = sock::send_state(from.as_fd())
         .map_err(|e| DirError::new(dir.from, e))?
         .received
-        .saturating_sub(1)
-        .saturating_sub(ins.base(dir.from).received);
+        .saturating_sub(1);
+    let not_through_verdict = match (ins.pre_read, dir.from) {
+        (Some([client, _]), Side::Client) => client,
+        (Some([_, server]), Side::Server) => server,
+        (None, side) => ins.base(side).received,
+    };
+    let received = total.saturating_sub(not_through_verdict);
     let redirected = ins
         .account(flow, dir)
         .map_err(|e| DirError::new(dir.from, e))?;
