@@ -123,11 +123,15 @@ fn integrity_1000_concurrent_flows() {
         return;
     };
     let bad = Arc::new(AtomicUsize::new(0));
-    // 1000 flows open at once: each connects, then all write together.
-    let barrier = Arc::new(std::sync::Barrier::new(1000));
+    // 1000 flows open at once: each connects; once shunt has put every pair
+    // in the kernel, all write together. (Released earlier, a loaded machine
+    // lets requests and FINs arrive before insertion: those flows are spliced,
+    // correctly, but then this test would not be testing the kernel path.)
+    let connected = Arc::new(std::sync::Barrier::new(1001));
+    let go = Arc::new(std::sync::Barrier::new(1001));
     let clients: Vec<_> = (0..1000u64)
         .map(|i| {
-            let (bad, barrier) = (bad.clone(), barrier.clone());
+            let (bad, connected, go) = (bad.clone(), connected.clone(), go.clone());
             std::thread::Builder::new()
                 .stack_size(256 * 1024)
                 .spawn(move || {
@@ -136,7 +140,8 @@ fn integrity_1000_concurrent_flows() {
                     let mut c = connect(addr);
                     c.set_read_timeout(Some(Duration::from_secs(60)))
                         .expect("t");
-                    barrier.wait();
+                    connected.wait();
+                    go.wait();
                     // Small enough for the socket buffers: write, half-close, read.
                     c.write_all(&data).expect("send");
                     c.shutdown(Shutdown::Write).expect("shut");
@@ -148,6 +153,12 @@ fn integrity_1000_concurrent_flows() {
                 .expect("spawn client")
         })
         .collect();
+    connected.wait();
+    let t0 = std::time::Instant::now();
+    while info(&shunt, "SockhashEntries") < 2 * 1000 && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    go.wait();
     for c in clients {
         c.join().expect("client");
     }

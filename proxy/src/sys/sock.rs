@@ -123,8 +123,34 @@ impl SendState {
     }
 }
 
-/// Reads [`SendState`] (`TCP_INFO` then `SIOCOUTQ`).
+/// Reads [`SendState`]: `TCP_INFO` and `SIOCOUTQ` are two system calls, and an
+/// ACK arriving between them moves bytes from "queued" to "acked" unseen, so
+/// `acked + queued` would come out short. The pair is read again until
+/// `TCP_INFO` before and after `SIOCOUTQ` agree on `bytes_acked` (bounded by
+/// [`CONSISTENT_READS`]); past that the shorter sum is kept, which only makes
+/// a drain check wait longer.
 pub fn send_state(fd: BorrowedFd<'_>) -> io::Result<SendState> {
+    let mut before = tcp_info_prefix(fd)?;
+    let mut queued = outq(fd)?;
+    for _ in 0..CONSISTENT_READS {
+        let after = tcp_info_prefix(fd)?;
+        if after.bytes_acked == before.bytes_acked {
+            break;
+        }
+        before = after;
+        queued = outq(fd)?;
+    }
+    Ok(SendState {
+        acked: before.bytes_acked,
+        queued,
+        received: before.bytes_received,
+    })
+}
+
+/// Attempts at a consistent [`send_state`] read.
+const CONSISTENT_READS: usize = 4;
+
+fn tcp_info_prefix(fd: BorrowedFd<'_>) -> io::Result<TcpInfoPrefix> {
     let mut info = TcpInfoPrefix::default();
     let mut len = mem::size_of::<TcpInfoPrefix>() as libc::socklen_t;
     // SAFETY: `fd` is borrowed, hence open; `info` is a live, writable
@@ -147,6 +173,11 @@ pub fn send_state(fd: BorrowedFd<'_>) -> io::Result<SendState> {
             format!("TCP_INFO too short ({len} bytes) for tcpi_bytes_acked"),
         ));
     }
+    Ok(info)
+}
+
+/// `SIOCOUTQ`: bytes in the send queue not yet acknowledged.
+fn outq(fd: BorrowedFd<'_>) -> io::Result<u64> {
     let mut outq: libc::c_int = 0;
     // SAFETY: `fd` is open; SIOCOUTQ writes one c_int into `outq`, which lives
     // for the duration of the call.
@@ -154,11 +185,7 @@ pub fn send_state(fd: BorrowedFd<'_>) -> io::Result<SendState> {
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(SendState {
-        acked: info.bytes_acked,
-        queued: outq.max(0) as u64,
-        received: info.bytes_received,
-    })
+    Ok(outq.max(0) as u64)
 }
 
 /// `FIONREAD`: on a socket with a psock (in a sockmap) the kernel answers
