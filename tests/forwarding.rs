@@ -282,10 +282,10 @@ fn splice_cork_regression() {
 fn dead_server_retries_then_redispatch() {
     for mode in forwarding_modes() {
         let live = Server::echo();
-        let dead = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let dead = dead_addr();
         // `balance first` sends the flow to the dead s1; the last retry redispatches to s2.
         let (shunt, addr) = start(
-            &[dead, live.addr],
+            &[dead.addr, live.addr],
             "    balance first\n    retries 2\n    option redispatch\n    timeout connect 200ms\n",
             mode,
         );
@@ -315,10 +315,9 @@ fn dead_server_retries_then_redispatch() {
 #[test]
 fn all_servers_down_closes_client() {
     for mode in forwarding_modes() {
-        let dead1 = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let dead2 = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let (dead1, dead2) = (dead_addr(), dead_addr());
         let (shunt, addr) = start(
-            &[dead1, dead2],
+            &[dead1.addr, dead2.addr],
             "    retries 1\n    option redispatch\n    timeout connect 200ms\n",
             mode,
         );

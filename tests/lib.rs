@@ -39,6 +39,28 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("local_addr").port()
 }
 
+/// A loopback address where nobody listens, reserved while this lives: a TCP
+/// socket is bound to it and never listens, so connections are refused and no
+/// other test (in this binary or another one running at once) can take the
+/// port meanwhile, as it could after [`free_port`] released it.
+pub struct DeadAddr {
+    pub addr: SocketAddr,
+    _held: socket2::Socket,
+}
+
+pub fn dead_addr() -> DeadAddr {
+    let sock =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    sock.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .expect("bind 127.0.0.1:0");
+    let addr = sock
+        .local_addr()
+        .expect("local_addr")
+        .as_socket()
+        .expect("an inet address");
+    DeadAddr { addr, _held: sock }
+}
+
 /// A scratch directory removed on drop.
 pub struct TempDir(PathBuf);
 
