@@ -343,6 +343,15 @@ impl Inserted {
         }
     }
 
+    /// Bytes `side` had received and userspace had read before insertion
+    /// (`None` for an adopted flow).
+    fn pre_read(&self, side: Side) -> Option<u64> {
+        self.pre_read.map(|[client, server]| match side {
+            Side::Client => client,
+            Side::Server => server,
+        })
+    }
+
     /// Bytes the kernel redirected from `from` so far.
     fn redirected(&self, from: Side) -> Result<u64, io::Error> {
         self.bpf
@@ -461,6 +470,13 @@ impl DirState {
             done: self.done.get(),
             unsent: self.unsent.borrow().clone(),
         }
+    }
+
+    /// Bytes of the source's stream the verdict has handled, given its
+    /// redirected count: redirected, or passed and read, minus the repeated
+    /// bytes userspace dropped.
+    fn through_verdict(&self, redirected: u64) -> u64 {
+        redirected + self.read.get() - self.skipped.get()
     }
 
     fn push(&self, ins: &Inserted, dir: Dir) -> Result<(), DirError> {
@@ -614,12 +630,13 @@ fn regulate(
 /// or loss, reported loudly (it never happened by design of this module).
 fn check_totals(ins: &Inserted, dir: Dir, from: &TcpStream, to: &TcpStream, st: &DirState) {
     // Everything the source ever received goes through the verdict (nothing
-    // is read before insertion); minus one for the FIN.
+    // is read before insertion); minus one for the FIN. (`pre_read` is an
+    // upper estimate, good for `verdict_behind`'s bound, not for this check.)
     let received = sock::send_state(from.as_fd())
         .map(|s| s.received)
         .unwrap_or(0)
         .saturating_sub(1);
-    let seen = ins.seen(dir.from).get() + st.read.get() - st.skipped.get();
+    let seen = st.through_verdict(ins.seen(dir.from).get());
     let entered = progress(ins, dir, to)
         .map(|p| p.acked + p.queued)
         .unwrap_or(0)
@@ -664,20 +681,18 @@ fn verdict_behind(
     from: &TcpStream,
     st: &DirState,
 ) -> Result<bool, DirError> {
-    let total = sock::send_state(from.as_fd())
+    let not_through_verdict = ins
+        .pre_read(dir.from)
+        .unwrap_or_else(|| ins.base(dir.from).received);
+    let received = sock::send_state(from.as_fd())
         .map_err(|e| DirError::new(dir.from, e))?
         .received
-        .saturating_sub(1);
-    let not_through_verdict = match (ins.pre_read, dir.from) {
-        (Some([client, _]), Side::Client) => client,
-        (Some([_, server]), Side::Server) => server,
-        (None, side) => ins.base(side).received,
-    };
-    let received = total.saturating_sub(not_through_verdict);
+        .saturating_sub(1)
+        .saturating_sub(not_through_verdict);
     let redirected = ins
         .account(flow, dir)
         .map_err(|e| DirError::new(dir.from, e))?;
-    Ok(redirected + st.read.get() - st.skipped.get() < received)
+    Ok(st.through_verdict(redirected) < received)
 }
 
 /// What a socket in the SOCKHASH has for userspace.
