@@ -196,8 +196,8 @@ fn reload_loop(mode: &str) {
         let log = plain(&new.stderr());
         assert!(
             log.contains("took the listening sockets of the old process")
-                && log.contains("sockets=2"),
-            "reload {round}: the new process did not take both listening sockets:\n{log}"
+                && log.contains("sockets=3"),
+            "reload {round}: the new process did not take both listening sockets and the stats socket:\n{log}"
         );
         if round == 1 && mode == "sockmap" {
             // A kernel flow is handed to the new process: the old one exits
@@ -279,6 +279,8 @@ const LONG_FLOWS: usize = 100;
 const LONG_RATE: usize = 64 * 1024;
 /// Period of the long-lived flows' event loop.
 const LONG_TICK: Duration = Duration::from_millis(20);
+/// Most bytes one side writes in one round of the pump (a quarter second's worth).
+const LONG_BURST: u64 = LONG_RATE as u64 / 4;
 /// Bound on each wait for the long-lived flows to make progress.
 const PROGRESS_LIMIT: Duration = Duration::from_secs(20);
 
@@ -375,6 +377,10 @@ impl Side {
 struct LongProgress {
     /// Least bytes read by any side so far.
     min_read: AtomicUsize,
+    /// The side that read least: flow id * 2 + (1 when it is the server side).
+    slowest: AtomicUsize,
+    /// What the slowest side has written so far.
+    slowest_written: AtomicUsize,
     failures: AtomicUsize,
 }
 
@@ -443,13 +449,21 @@ fn long_kernel_flows_survive_ten_reloads_byte_exact() {
         while !st.load(Ordering::Relaxed) && t0.elapsed() < LOOP_LIMIT {
             let due = (t0.elapsed().as_secs_f64() * LONG_RATE as f64) as u64;
             for s in sides.iter_mut() {
-                s.write_until(due);
+                // At most a burst per side per round: a pump that fell behind
+                // (a loaded machine) goes on at the rate it can keep, instead
+                // of each round writing more than the last one could.
+                s.write_until(due.min(s.written + LONG_BURST));
                 s.read_available();
             }
-            pr.min_read.store(
-                sides.iter().map(|s| s.read).min().unwrap_or(0) as usize,
-                Ordering::Relaxed,
-            );
+            if let Some(slow) = sides.iter().min_by_key(|s| s.read) {
+                pr.slowest.store(
+                    slow.id as usize * 2 + usize::from(!slow.writes_to_server),
+                    Ordering::Relaxed,
+                );
+                pr.slowest_written
+                    .store(slow.written as usize, Ordering::Relaxed);
+                pr.min_read.store(slow.read as usize, Ordering::Relaxed);
+            }
             pr.failures.store(
                 sides.iter().filter(|s| s.error.is_some() || s.eof).count(),
                 Ordering::Relaxed,
@@ -483,8 +497,17 @@ fn long_kernel_flows_survive_ten_reloads_byte_exact() {
             );
             assert!(
                 t0.elapsed() < PROGRESS_LIMIT,
-                "{what}: some long-lived flow stopped transferring (min read {} bytes)",
-                progress.min_read.load(Ordering::Relaxed)
+                "{what}: some long-lived flow stopped transferring (min read {} bytes, by side {} of flow {}, which wrote {}); kernel counters:\n{}",
+                progress.min_read.load(Ordering::Relaxed),
+                if progress.slowest.load(Ordering::Relaxed) % 2 == 1 { "server" } else { "client" },
+                progress.slowest.load(Ordering::Relaxed) / 2,
+                progress.slowest_written.load(Ordering::Relaxed),
+                cli(&sock, "show info")
+                    .lines()
+                    .filter(|l| l.starts_with("Sockmap"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -518,7 +541,11 @@ fn long_kernel_flows_survive_ten_reloads_byte_exact() {
             "reload {round}: the old process did not exit promptly; its log:\n{}",
             plain(&old.stderr())
         );
-        wait_progress(&format!("after reload {round}"));
+        wait_progress(&format!(
+            "after reload {round} (new process's log:\n{}\nold process's log:\n{})",
+            plain(&new.stderr()),
+            plain(&old.stderr())
+        ));
         old = new;
     }
     stop.store(true, Ordering::Relaxed);

@@ -8,25 +8,24 @@
 //! closed at once. All listening sockets are bound before any thread starts,
 //! so a bind error is a start-up error and nothing half-runs.
 //!
-//! Reload (HAProxy's `-x PATH -sf PID...`): a successor first takes the
-//! listening sockets of the running process over its stats socket
-//! ([`crate::reload`]), adopts those whose address its configuration binds (one
-//! per thread, extra ones spread over the threads so no accept queue is left
-//! unserved), binds the rest, starts its workers, and only then sends the old
-//! processes SIGUSR1 (`-sf`, soft stop) or SIGTERM (`-st`). Both hold the same
-//! sockets in between, so a client is never refused. Under systemd the successor
-//! says `RELOADING=1` when it starts and `READY=1` with its `MAINPID=` once it
-//! serves; a process whose sockets were taken never says `STOPPING=1`.
+//! Reload (HAProxy's `-x PATH -sf PID...`): a successor takes dups of every
+//! listening socket of the running process over its stats socket
+//! ([`crate::reload`], [`crate::listeners`]), runs every start-up step that
+//! can fail, starts its workers with accepting held, and only then takes the
+//! running process over: `_getflows ... commit` hands the kernel flows and
+//! commits; without the commit the old process undoes its side and serves on
+//! (see [`run`] for the three stages). Then it sends the old processes SIGUSR1
+//! (`-sf`, soft stop) or SIGTERM (`-st`). Both hold the same sockets in
+//! between, so a client is never refused. Under systemd the successor says
+//! `RELOADING=1` when it starts and `READY=1` with its `MAINPID=` once it
+//! serves; a process taken over never says `STOPPING=1`.
 //!
 //! Kernel flows survive a reload: the BPF maps are pinned per instance
 //! (`crate::bpf`, "Pinned maps") and a successor started with `-x` reuses
-//! them; with `-sf`/`-st` it then asks the old process for its kernel flows
-//! (`_getflows`, [`crate::reload`]) before its workers start, and spreads the
-//! adopted flows over its workers. The old process soft-stops on that
-//! request and exits as soon as the flows it still runs in userspace end:
-//! the handed-over ones are no longer its own.
+//! them, and spreads the adopted flows over its workers. The old process
+//! soft-stops on the commit and exits as soon as the flows it still runs in
+//! userspace end: the handed-over ones are no longer its own.
 
-use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -40,19 +39,13 @@ use crate::lb::BackendRt;
 use crate::scheduler::{self, Class, SchedConfig};
 use crate::stats::{Event, Stats};
 
-/// Listen backlog per socket (HAProxy uses maxconn; the kernel caps it at somaxconn).
-const LISTEN_BACKLOG: i32 = 1024;
 /// How often a paused accept loop (maxconn reached) re-checks, in case a wake was missed.
 const ACCEPT_PAUSE_RECHECK: Duration = Duration::from_millis(100);
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
-    #[error("Starting frontend {frontend}: cannot bind socket (Address already in use) [{addr}]: {source}")]
-    Bind {
-        frontend: String,
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Listen(#[from] crate::listeners::ListenError),
     #[error("cannot write pidfile '{path}': {source}")]
     Pidfile {
         path: PathBuf,
@@ -69,6 +62,8 @@ pub enum DaemonError {
     Signals(std::io::Error),
     #[error("cannot drop privileges: {0}")]
     Privileges(String),
+    #[error("cannot attach the BPF verdict to the reused maps: {0}")]
+    Attach(String),
     #[error(transparent)]
     Cli(#[from] crate::cli::CliError),
     #[error(transparent)]
@@ -112,12 +107,30 @@ pub struct State {
     /// Signalled whenever a flow ends, to resume paused accept loops.
     pub conn_released: Notify,
     pub phase: watch::Receiver<Phase>,
+    /// Accepting held: every accept loop (frontends, stats sockets) waits,
+    /// its socket open, while this is true. Set from the start until the
+    /// process serves (a successor must not accept before its predecessor
+    /// handed over), and while this process hands itself over (undone if
+    /// the successor does not commit).
+    pub hold: watch::Sender<bool>,
     /// One handle per running worker (filled as workers start), through which the
     /// CLI reaches each worker's flow registry (`stats::flows`).
     pub remotes: std::sync::Mutex<Vec<scheduler::Remote>>,
 }
 
 impl State {
+    /// Hold (true) or release (false) every accept loop.
+    pub fn hold_accepting(&self, hold: bool) {
+        self.hold.send_replace(hold);
+    }
+
+    /// Resolves once accepting is not held (at once when it is not).
+    pub async fn serving(&self) {
+        let mut rx = self.hold.subscribe();
+        // The sender lives in `self`: the wait ends only by the condition.
+        let _ = rx.wait_for(|held| !*held).await;
+    }
+
     /// The workers' handles, sorted by worker index.
     pub fn remotes(&self) -> Vec<scheduler::Remote> {
         let mut v = self
@@ -198,126 +211,79 @@ fn available_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-fn bind_one(addr: SocketAddr) -> std::io::Result<StdListener> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    sock.set_reuse_address(true)?;
-    sock.set_reuse_port(true)?;
-    if addr.is_ipv6() {
-        // `:::PORT` means both families, as HAProxy's default v4v6 behaviour.
-        sock.set_only_v6(false)?;
-    }
-    sock.set_nonblocking(true)?;
-    sock.bind(&addr.into())?;
-    sock.listen(LISTEN_BACKLOG)?;
-    Ok(sock.into())
+/// The pidfile: opened (created if missing) at start-up while privileges
+/// allow, written once the process serves — a reload that fails before then
+/// leaves the old process's pid in it (and a fresh start that fails leaves
+/// no empty file).
+struct PidFile(Option<OpenPidFile>);
+
+struct OpenPidFile {
+    path: PathBuf,
+    file: std::fs::File,
+    /// The file did not exist before we opened it.
+    created: bool,
+    written: bool,
 }
-
-/// Listeners for one thread: `(frontend index, socket)`.
-type ThreadListeners = Vec<(usize, StdListener)>;
-
-/// Sort the sockets a predecessor handed over by local address; sockets that are
-/// not listening TCP sockets are closed.
-fn inherited_by_addr(
-    inherited: Vec<std::os::fd::OwnedFd>,
-) -> std::collections::HashMap<SocketAddr, Vec<StdListener>> {
-    use nix::sys::socket::{getsockopt, sockopt};
-    let mut pool: std::collections::HashMap<SocketAddr, Vec<StdListener>> = Default::default();
-    for fd in inherited {
-        let listening = getsockopt(&fd, sockopt::AcceptConn).unwrap_or(false);
-        let sock = socket2::Socket::from(fd);
-        let addr = sock.local_addr().ok().and_then(|a| a.as_socket());
-        match addr {
-            Some(a) if listening && sock.r#type().ok() == Some(socket2::Type::STREAM) => {
-                if let Err(e) = sock.set_nonblocking(true) {
-                    tracing::warn!(addr = %a, error = %e, "inherited socket: cannot set non-blocking; closing it");
-                    continue;
-                }
-                pool.entry(a).or_default().push(sock.into());
-            }
-            _ => tracing::warn!(
-                ?addr,
-                "inherited descriptor is not a listening TCP socket; closing it"
-            ),
-        }
-    }
-    pool
-}
-
-/// Bind one socket per thread per bind address (SO_REUSEPORT), adopting the
-/// sockets a predecessor handed over (`inherited`) for the addresses they match.
-fn bind_all(
-    config: &Config,
-    nbthread: usize,
-    inherited: Vec<std::os::fd::OwnedFd>,
-) -> Result<Vec<ThreadListeners>, DaemonError> {
-    let mut pool = inherited_by_addr(inherited);
-    let mut per_thread: Vec<ThreadListeners> = (0..nbthread).map(|_| Vec::new()).collect();
-    for (fi, fe) in config.frontends.iter().enumerate() {
-        for &addr in &fe.binds {
-            // A predecessor's sockets on this address (never for port 0: the
-            // address is not known before binding).
-            let mut taken = if addr.port() == 0 {
-                Vec::new()
-            } else {
-                pool.remove(&addr).unwrap_or_default()
-            };
-            let adopted = taken.len();
-            // The first bind may pick a port (port 0); siblings join the same one.
-            let mut actual = addr;
-            for list in per_thread.iter_mut() {
-                let l = match taken.pop() {
-                    Some(l) => l,
-                    None => bind_one(actual).map_err(|source| DaemonError::Bind {
-                        frontend: fe.name.clone(),
-                        addr,
-                        source,
-                    })?,
-                };
-                if let Ok(a) = l.local_addr() {
-                    actual = a;
-                }
-                list.push((fi, l));
-            }
-            // More inherited sockets than threads: each keeps an accept queue
-            // that clients were hashed to, so each is served by some thread.
-            for (i, l) in taken.into_iter().enumerate() {
-                per_thread[i % nbthread].push((fi, l));
-            }
-            tracing::info!(frontend = %fe.name, addr = %actual, inherited = adopted, "listening");
-        }
-    }
-    for (addr, socks) in pool {
-        tracing::warn!(%addr, sockets = socks.len(), "inherited listening sockets not in the configuration: closing them");
-    }
-    Ok(per_thread)
-}
-
-struct PidFile(Option<PathBuf>);
 
 impl PidFile {
-    fn create(path: Option<&PathBuf>) -> Result<Self, DaemonError> {
-        if let Some(p) = path {
-            std::fs::write(p, format!("{}\n", std::process::id())).map_err(|source| {
-                DaemonError::Pidfile {
-                    path: p.clone(),
-                    source,
-                }
+    fn open(path: Option<&PathBuf>) -> Result<Self, DaemonError> {
+        let Some(p) = path else {
+            return Ok(PidFile(None));
+        };
+        let created = std::fs::symlink_metadata(p).is_err();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(p)
+            .map_err(|source| DaemonError::Pidfile {
+                path: p.clone(),
+                source,
             })?;
+        Ok(PidFile(Some(OpenPidFile {
+            path: p.clone(),
+            file,
+            created,
+            written: false,
+        })))
+    }
+
+    /// Replace the file's content with our pid (a failure is logged: the
+    /// process serves already).
+    fn write_pid(&mut self) {
+        use std::io::{Seek, Write};
+        let Some(f) = &mut self.0 else {
+            return;
+        };
+        let line = format!("{}\n", std::process::id());
+        let done = f
+            .file
+            .set_len(0)
+            .and_then(|()| f.file.rewind())
+            .and_then(|()| f.file.write_all(line.as_bytes()));
+        match done {
+            Ok(()) => f.written = true,
+            Err(e) => {
+                tracing::warn!(path = %f.path.display(), error = %e, "cannot write the pidfile")
+            }
         }
-        Ok(PidFile(path.cloned()))
     }
 }
 
 impl Drop for PidFile {
     fn drop(&mut self) {
+        let Some(f) = &self.0 else {
+            return;
+        };
         // Only our own: after a reload the file holds the successor's pid.
-        if let Some(p) = &self.0 {
-            let ours = std::fs::read_to_string(p)
-                .is_ok_and(|s| s.trim() == std::process::id().to_string());
-            if ours {
-                let _ = std::fs::remove_file(p);
-            }
+        let ours = if f.written {
+            std::fs::read_to_string(&f.path)
+                .is_ok_and(|s| s.trim() == std::process::id().to_string())
+        } else {
+            f.created && std::fs::metadata(&f.path).is_ok_and(|m| m.len() == 0)
+        };
+        if ours {
+            let _ = std::fs::remove_file(&f.path);
         }
     }
 }
@@ -416,6 +382,28 @@ fn load_bpf(config: &Config, mode: ForwardMode, reloading: bool) -> Result<Strin
 }
 
 /// Run the daemon until it is stopped. Returns when every worker has exited.
+///
+/// Start-up runs in three stages, so that a reload which fails leaves the
+/// process it replaces exactly as it was (still listening, still owning its
+/// stats sockets and its kernel flows):
+///
+/// 1. **Prepare** — everything that can fail, nothing the old process or
+///    the outside world sees: take dups of the old process's listening
+///    sockets (`-x`, `_getsocks`: it keeps its own), bind or inherit every
+///    listening socket the configuration names (frontends, the Prometheus
+///    exporter, stats sockets at temporary paths), load BPF (a successor
+///    leaves the shared SOCKHASH's verdict as it is), open the log targets,
+///    check the user and group, connect to the old process for the
+///    take-over, open the pidfile, build the runtime state.
+/// 2. **Publish** — move fresh stats sockets into place (atomic renames),
+///    attach the verdict, drop privileges, start the log, metrics and
+///    worker threads with accepting held. Only steps that do not fail in
+///    practice remain here; the old process is still untouched.
+/// 3. **Take over** — ask the old process for its kernel flows and commit
+///    (`crate::reload::take_over`), hand the flows to the workers, release
+///    accepting, then signal `-sf`/`-st`. This is the only step the old
+///    process takes part in, and it undoes its side unless the commit
+///    arrives.
 pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     let config = Arc::new(config);
     let nbthread = config.global.nbthread.unwrap_or_else(available_cpus).max(1);
@@ -430,15 +418,15 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         ));
     }
     let signals = Signals::install()?;
-    // The predecessor's listening sockets, before anything of ours is bound
-    // (our stats socket may take over the path `-x` names).
-    let inherited = match &opts.xfer_socket {
+
+    // 1. Prepare.
+    let mut inherited = match &opts.xfer_socket {
         Some(path) => {
             let fds = crate::reload::fetch_sockets(path)?;
             tracing::info!(sockets = fds.len(), path = %path.display(), "took the listening sockets of the old process");
-            fds
+            crate::listeners::Inherited::sort(fds)
         }
-        None => Vec::new(),
+        None => crate::listeners::Inherited::default(),
     };
     let bpf_status = load_bpf(&config, forward_mode, opts.xfer_socket.is_some())?;
     if let Some(b) = crate::handoff::sockmap::kernel() {
@@ -448,55 +436,44 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
             "BPF maps"
         );
     }
-    let listeners = bind_all(&config, nbthread, inherited)?;
-    // A connection to the old process for its kernel flows, made before our
-    // stats socket takes over the path; used once our paths are ours.
-    let flows_conn = match (&opts.xfer_socket, opts.old_pids.is_empty()) {
-        (Some(path), false) if crate::handoff::sockmap::kernel().is_some() => {
-            Some(crate::reload::connect(path)?)
-        }
+    let listeners = crate::listeners::bind_frontends(&config, nbthread, &mut inherited)?;
+    let prometheus = crate::listeners::bind_prometheus(&config, &mut inherited)?;
+    if opts.old_pids.is_empty() {
+        inherited.drop_unix();
+    }
+    let mut cli_sockets = crate::cli::Sockets::bind(&config, &mut inherited)?;
+    inherited.close_rest();
+    let log = crate::log::open(&config)?;
+    crate::sys::caps::check_names(
+        config.global.user.as_deref(),
+        config.global.group.as_deref(),
+    )
+    .map_err(|e| DaemonError::Privileges(e.to_string()))?;
+    // Opened while we may still connect (the socket's mode may exclude the
+    // user we become); used in stage 3.
+    let takeover_conn = match (&opts.xfer_socket, opts.old_pids.is_empty()) {
+        (Some(path), false) => Some(crate::reload::connect(path)?),
         _ => None,
     };
+    let mut pidfile = PidFile::open(config.global.pidfile.as_ref())?;
     if config
         .global
         .stats_sockets
         .iter()
         .any(|s| s.expose_fd_listeners)
     {
-        let dups = listeners
+        // Every listening socket we own travels to a successor.
+        let mut dups: Vec<std::os::fd::OwnedFd> = listeners
             .iter()
             .flatten()
-            .filter_map(|(_, l)| std::os::fd::AsFd::as_fd(l).try_clone_to_owned().ok())
+            .map(|(_, l)| l)
+            .chain(prometheus.iter())
+            .filter_map(|l| std::os::fd::AsFd::as_fd(l).try_clone_to_owned().ok())
             .collect();
+        dups.extend(cli_sockets.dups());
         crate::reload::export(dups);
     }
-    // Stats sockets: bound before dropping privileges; files removed when this drops.
-    let mut cli_sockets = crate::cli::Sockets::bind(&config)?;
-    let _pidfile = PidFile::create(config.global.pidfile.as_ref())?;
-    // The old process's kernel flows. Asked only now: the request soft-stops
-    // it (clients wait in the shared accept queues), and its exit must not
-    // race our stats socket and pidfile, which are already in place (it
-    // removes only its own).
-    let mut adopted: Vec<Vec<crate::reload::AdoptedFlow>> =
-        (0..nbthread).map(|_| Vec::new()).collect();
-    if let (Some(conn), Some(path)) = (flows_conn, &opts.xfer_socket) {
-        if let Some(id) = crate::handoff::sockmap::kernel().and_then(|b| b.sockhash_id()) {
-            let flows = crate::reload::fetch_flows(conn, path, id)?;
-            tracing::info!(
-                flows = flows.len(),
-                "took the kernel flows of the old process"
-            );
-            for (i, f) in flows.into_iter().enumerate() {
-                adopted[i % nbthread].push(f);
-            }
-        }
-    }
-    // The exporter's port may be privileged: bound now, served after the drop.
-    let prometheus = crate::metrics::bind(&config)?;
-    drop_privileges(&config)?;
-    // Threads started after the drop hold no capability.
-    crate::log::start(&config)?;
-
+    crate::metrics::mark_started();
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
     let state = Arc::new(State {
         backends: config.backends.iter().map(BackendRt::new).collect(),
@@ -512,18 +489,30 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         limits: Limits::new(&config),
         conn_released: Notify::new(),
         phase: phase_rx,
+        hold: watch::channel(true).0,
         remotes: std::sync::Mutex::new(Vec::with_capacity(nbthread)),
     });
     // Before any worker starts: the first checks and flows see the restored state.
     crate::checks::state_file::load(&state);
+    crate::pool::init(&state);
+
+    // 2. Publish.
+    cli_sockets.publish()?;
+    if let Some(b) = crate::handoff::sockmap::kernel() {
+        b.attach_verdict()
+            .map_err(|e| DaemonError::Attach(e.to_string()))?;
+    }
+    drop_privileges(&config)?;
+    // Threads started after the drop hold no capability.
+    if let Some(log) = log {
+        log.start()?;
+    }
     if let Some(l) = prometheus {
         crate::metrics::serve(l, state.clone())?;
     }
-    crate::pool::init(&state);
-    tracing::info!(nbthread, mode = ?forward_mode, "shunt started");
-
     let mut threads = Vec::with_capacity(nbthread);
-    for ((tid, ls), flows) in listeners.into_iter().enumerate().zip(adopted) {
+    let mut handoffs = Vec::with_capacity(nbthread);
+    for (tid, ls) in listeners.into_iter().enumerate() {
         let state = state.clone();
         let cli = if tid == 0 {
             cli_sockets.take_listeners()
@@ -536,15 +525,41 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
             low_latency: config.global.sched_low_latency,
             heavy_cap: config.global.sched_heavy_cap,
         };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        handoffs.push(tx);
         let h = std::thread::Builder::new()
             .name(format!("shunt-worker-{tid}"))
-            .spawn(move || scheduler::run_worker(tid, cfg, worker_main(state, ls, cli, flows)))
+            .spawn(move || scheduler::run_worker(tid, cfg, worker_main(state, ls, cli, rx)))
             .map_err(|source| DaemonError::Thread {
                 thread: tid,
                 source,
             })?;
         threads.push(h);
     }
+
+    // 3. Take over.
+    if let (Some(conn), Some(path)) = (takeover_conn, &opts.xfer_socket) {
+        let id = crate::handoff::sockmap::kernel().and_then(|b| b.sockhash_id());
+        let flows = crate::reload::take_over(conn, path, id)?;
+        if !flows.is_empty() {
+            tracing::info!(
+                flows = flows.len(),
+                "took the kernel flows of the old process"
+            );
+        }
+        let mut per_worker: Vec<Vec<crate::reload::AdoptedFlow>> =
+            (0..nbthread).map(|_| Vec::new()).collect();
+        for (i, f) in flows.into_iter().enumerate() {
+            per_worker[i % nbthread].push(f);
+        }
+        for (tx, flows) in handoffs.drain(..).zip(per_worker) {
+            let _ = tx.send(flows);
+        }
+    }
+    drop(handoffs);
+    pidfile.write_pid();
+    state.hold_accepting(false);
+    tracing::info!(nbthread, mode = ?forward_mode, "shunt started");
     signal_old_processes(&opts);
     let ready = if opts.reloading() {
         format!(
@@ -699,9 +714,9 @@ fn wait_for_signals(
 /// One worker: an accept task per listener, then wait for the stop.
 async fn worker_main(
     state: Arc<State>,
-    listeners: ThreadListeners,
+    listeners: crate::listeners::ThreadListeners,
     cli: Vec<crate::cli::Listener>,
-    adopted: Vec<crate::reload::AdoptedFlow>,
+    adopted: tokio::sync::oneshot::Receiver<Vec<crate::reload::AdoptedFlow>>,
 ) {
     let mut phase = state.phase.clone();
     state
@@ -709,10 +724,17 @@ async fn worker_main(
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .push(scheduler::remote());
-    for f in adopted {
-        crate::reload::spawn_adopted(&state, f);
-    }
     let mut tasks = crate::cli::serve(state.clone(), cli);
+    // The predecessor's kernel flows for this worker, once the take-over
+    // committed (the sender is dropped when there are none).
+    let st = state.clone();
+    tasks.push(scheduler::spawn(Class::Normal, "adopt", async move {
+        if let Ok(flows) = adopted.await {
+            for f in flows {
+                crate::reload::spawn_adopted(&st, f);
+            }
+        }
+    }));
     // The kernel program's aya-log records, forwarded into tracing by one
     // task on the first worker (started after the privilege drop: no thread).
     if scheduler::thread_id() == 0 {
@@ -809,7 +831,20 @@ impl Drop for AcceptingGuard {
 async fn accept_loop(state: Arc<State>, fe_idx: usize, listener: TcpListener) {
     let _accepting = AcceptingGuard(state.clone());
     let mut phase = state.phase.clone();
+    let mut hold = state.hold.subscribe();
     loop {
+        // Held (before this process serves, or while it hands itself over):
+        // the socket stays open and clients wait in its queue.
+        if *hold.borrow_and_update() {
+            if *phase.borrow() != Phase::Running {
+                break;
+            }
+            tokio::select! {
+                r = hold.changed() => if r.is_err() { break },
+                _ = phase.changed() => {}
+            }
+            continue;
+        }
         // Stop accepting while full: the kernel keeps new clients in the backlog.
         if !wait_for_room(&state, fe_idx, &mut phase).await {
             break;
@@ -817,6 +852,7 @@ async fn accept_loop(state: Arc<State>, fe_idx: usize, listener: TcpListener) {
         let accepted = tokio::select! {
             r = listener.accept() => r,
             _ = phase.changed() => continue,
+            _ = hold.changed() => continue,
         };
         match accepted {
             Ok((sock, peer)) => {

@@ -13,6 +13,7 @@ pub mod config;
 pub mod daemon;
 pub mod handoff;
 pub mod lb;
+pub mod listeners;
 pub mod log;
 pub mod maps;
 pub mod metrics;

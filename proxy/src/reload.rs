@@ -24,17 +24,26 @@
 //! Beyond HAProxy, kernel-forwarded flows move to the successor too, and the old
 //! process exits without waiting for them. The successor, started with `-x PATH
 //! -sf PID`, reuses the old process's BPF maps (pinned per instance, see
-//! `crate::bpf` "Pinned maps"), binds its stats socket and pidfile, then writes
-//! `_getflows ID` (ID: the kernel's id of its SOCKHASH) on a connection it opened
-//! to the old process before taking over the path. The old process answers
-//! [`MAPS_DIFFER`] (and keeps its flows) unless its SOCKHASH has that id; else it
-//! soft-stops (no new flow starts there), asks every kernel flow to quiesce, and
-//! sends a native-endian `i32` count, then per flow one `sendmsg` whose
-//! `SCM_RIGHTS` carries the client and server sockets and whose data is the
-//! fixed record of [`encode_flow`], followed by the record's trailer (bytes read
-//! and not yet written, names). The successor adopts each flow on a worker:
-//! the same sockets (dups of the same open files), the same map entries, the
+//! `crate::bpf` "Pinned maps"), runs every start-up step that can fail, starts
+//! its workers with accepting held, then writes `_getflows ID commit` (ID: the
+//! kernel's id of its SOCKHASH, `-` without BPF) on a connection it opened to
+//! the old process during its start-up. The old process answers
+//! [`COMMIT_PROTO`], holds its accept loops, then [`MAPS_DIFFER`] (and keeps
+//! its flows) unless its SOCKHASH has that id; else it asks every kernel flow
+//! to quiesce and sends a native-endian `i32` count, then per flow one
+//! `sendmsg` whose `SCM_RIGHTS` carries the client and server sockets and
+//! whose data is the fixed record of [`encode_flow`], followed by the record's
+//! trailer (bytes read and not yet written, names). The successor answers
+//! [`COMMIT`]; the old process [`COMMIT_ACK`], then soft-stops. Only after
+//! the acknowledgement does the successor adopt each flow on a worker: the
+//! same sockets (dups of the same open files), the same map entries, the
 //! direction loops of `handoff::sockmap` continued from the handed state.
+//! Without the commit within [`COMMIT_WAIT`], the old process takes its flows
+//! back from the same snapshots and releases its accept loops.
+//! `_getflows ID` without `commit` is the first protocol (the count at once,
+//! flows given away as sent, soft stop first), still served for a successor
+//! of that release; its answer tells a successor it speaks to such an old
+//! process.
 //!
 //! # Hand-over: why no byte is lost, duplicated or reordered
 //! The kernel side never stops: the SOCKHASH entries are never deleted, the
@@ -90,9 +99,13 @@
 //! 6. **Failures.** A flow that cannot be dup'ed, or answers after the
 //!    collection was taken, stays in the old process (registered flows are
 //!    waited for, bounded by [`QUIESCE_LIMIT`]; flows starting after the
-//!    request are never registered). If sending fails, the successor exits (a
-//!    start-up error: its copies close) and the old process continues the
-//!    collected flows itself from the same snapshots, by the same argument.
+//!    request are never registered). If sending fails or no commit comes,
+//!    the successor holds nothing it runs (it adopts only after the
+//!    acknowledgement) and the old process continues the collected flows
+//!    itself from the same snapshots, by the same argument, in a new
+//!    hand-over generation (`sockmap::reopen_handover`: a later request
+//!    reaches them again). A successor that got no acknowledgement drops its
+//!    copies, unless the old process is gone (then they are the only ones).
 //!    A successor whose maps differ is told so before anything is quiesced.
 
 use std::io::{Read, Write};
@@ -124,19 +137,22 @@ pub enum ReloadError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("fetching the listening sockets from '{path}': {source}")]
+    #[error("reload through the old process's stats socket '{path}': {source}")]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("fetching the listening sockets from '{path}': {reason}")]
+    #[error("reload through the old process's stats socket '{path}': {reason}")]
     Protocol { path: PathBuf, reason: String },
 }
 
 /// Dups of the process's listening sockets, for `_getsocks`.
 static EXPORTED: Mutex<Vec<OwnedFd>> = Mutex::new(Vec::new());
-/// Set once a successor fetched the sockets: this process no longer speaks for
-/// the service (no `STOPPING=1` to systemd when it stops).
+/// Set once a successor committed its take-over (`_getflows`, then
+/// [`COMMIT`]): this process no longer speaks for the service (no
+/// `STOPPING=1` to systemd, no removal of the stats socket files or of the
+/// pinned maps when it stops). A successor that only fetched the sockets and
+/// then failed leaves it unset.
 static HANDED_OVER: AtomicBool = AtomicBool::new(false);
 
 fn exported() -> std::sync::MutexGuard<'static, Vec<OwnedFd>> {
@@ -156,7 +172,7 @@ pub fn close_exported() {
     exported().clear();
 }
 
-/// Whether a successor took this process's listening sockets.
+/// Whether a successor took this process over (its commit was acknowledged).
 pub fn handed_over() -> bool {
     HANDED_OVER.load(Ordering::Relaxed)
 }
@@ -207,7 +223,6 @@ pub fn serve_getsocks(conn: BorrowedFd<'_>) -> std::io::Result<usize> {
             stream.read_exact(&mut ack)?;
         }
     }
-    HANDED_OVER.store(true, Ordering::Relaxed);
     Ok(held.len())
 }
 
@@ -308,6 +323,18 @@ const MAX_FLOWS: usize = proxy_common::SOCKHASH_CAPACITY as usize / 2;
 const QUIESCE_LIMIT: Duration = Duration::from_secs(3);
 /// Count sent instead of flows when the two processes do not share the maps.
 const MAPS_DIFFER: i32 = -1;
+/// The successor's word once it is ready to serve (`SHCM`): it takes over.
+const COMMIT: u32 = 0x5348_434d;
+/// The old process's answer to [`COMMIT`] (`SHAK`): the take-over holds.
+const COMMIT_ACK: u32 = 0x5348_414b;
+/// First word of the answer to `_getflows ID commit` (`SHV2`): this old
+/// process waits for the commit. Never a valid flow count.
+const COMMIT_PROTO: i32 = 0x5348_5632;
+/// How long the old process waits for the commit after sending its flows.
+/// The successor sends it as soon as the last flow arrived (every step that
+/// could fail ran before it asked), so this only bounds a successor that
+/// hangs or died: the old process holds its accepts that long at most.
+const COMMIT_WAIT: Duration = Duration::from_secs(5);
 
 /// Set while this process hands its kernel flows over: the soft stop must not
 /// end (and close the descriptors being sent) before the transfer did.
@@ -466,42 +493,120 @@ fn decode_record(rec: &[u8]) -> Result<Record, String> {
 }
 
 /// Serve `_getflows ID` on `conn` (a CLI connection of a socket with
-/// `expose-fd listeners`) for a successor whose SOCKHASH has id `ID`: stop
-/// accepting (soft stop), quiesce every kernel flow, send each with its two
-/// sockets, then close. With other maps (or no BPF) it sends [`MAPS_DIFFER`]
-/// and keeps its flows. If the transfer fails, the flows go on here.
+/// `expose-fd listeners`) for a successor whose SOCKHASH has id `ID` (`-`:
+/// it has no BPF): the take-over, in two phases.
+///
+/// 1. Hold accepting (listeners stay open: clients wait in their queues),
+///    quiesce every kernel flow when the maps are shared, send each with its
+///    two sockets (or [`MAPS_DIFFER`]: the kernel flows stay here).
+/// 2. Wait at most [`COMMIT_WAIT`] for the successor's [`COMMIT`], which it
+///    sends once it is ready to serve. On it: acknowledge ([`COMMIT_ACK`]),
+///    drop our copies of the sent flows, mark the process handed over and
+///    soft-stop. On anything else (the successor failed to start, died,
+///    timed out): take the flows back from the same snapshots, release the
+///    accept hold, and go on as if nothing had been asked.
 pub async fn serve_getflows(
     state: &std::sync::Arc<crate::daemon::State>,
     conn: BorrowedFd<'_>,
     arg: Option<&str>,
+    commit: bool,
 ) -> std::io::Result<usize> {
     let ours = crate::handoff::sockmap::kernel().and_then(|b| b.sockhash_id());
     let theirs = arg.and_then(|a| a.parse::<u32>().ok());
     set_blocking_with_timeouts(conn)?;
     let mut stream = UnixStream::from(conn.try_clone_to_owned()?);
-    if ours.is_none() || ours != theirs {
+    if !commit {
+        return serve_getflows_v1(state, &mut stream, ours, theirs).await;
+    }
+    stream.write_all(&COMMIT_PROTO.to_ne_bytes())?;
+    HANDING_OVER.store(true, Ordering::SeqCst);
+    // No new flow starts here while the successor decides (the accept loops
+    // wait, their sockets open); ours to release if it does not commit.
+    state.hold_accepting(true);
+    let shared = ours.is_some() && ours == theirs;
+    let flows = if shared {
+        crate::handoff::sockmap::collect_handover(QUIESCE_LIMIT).await
+    } else {
+        if ours.is_some() {
+            tracing::warn!(
+                ?ours,
+                ?theirs,
+                "_getflows: the new process does not share this process's BPF maps; kernel flows stay here"
+            );
+        }
+        Vec::new()
+    };
+    let sent = if shared {
+        send_flows(state, &mut stream, &flows)
+    } else {
+        stream.write_all(&MAPS_DIFFER.to_ne_bytes())
+    };
+    let committed = match sent {
+        Ok(()) => await_commit(&stream).await,
+        Err(e) => {
+            tracing::warn!(error = %e, flows = flows.len(), "_getflows: transfer failed");
+            false
+        }
+    };
+    let n = flows.len();
+    if committed {
+        // Our copies close; the successor's descriptors hold the sockets.
+        drop(flows);
+        HANDED_OVER.store(true, Ordering::SeqCst);
+        if let Err(e) = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::SIGUSR1) {
+            tracing::warn!(error = %e, "_getflows: cannot start the soft stop");
+        }
+    } else {
         tracing::warn!(
-            ?ours,
-            ?theirs,
-            "_getflows: the new process does not share this process's BPF maps; kernel flows stay here"
+            flows = n,
+            "the new process did not commit its take-over: this process goes on serving, with its kernel flows"
         );
+        crate::handoff::sockmap::reopen_handover();
+        for f in flows {
+            spawn_adopted(
+                state,
+                AdoptedFlow {
+                    names: None,
+                    handed: f,
+                },
+            );
+        }
+        state.hold_accepting(false);
+    }
+    HANDING_OVER.store(false, Ordering::SeqCst);
+    if committed {
+        Ok(n)
+    } else {
+        Err(std::io::Error::other("the new process did not commit"))
+    }
+}
+
+/// `_getflows ID` from a successor of the first protocol (no commit): the
+/// flows are its own once sent, so the soft stop starts first, as that
+/// protocol did. Kept so that an upgrade from such a version to this one,
+/// and back, never drops a kernel flow.
+async fn serve_getflows_v1(
+    state: &std::sync::Arc<crate::daemon::State>,
+    stream: &mut UnixStream,
+    ours: Option<u32>,
+    theirs: Option<u32>,
+) -> std::io::Result<usize> {
+    if ours.is_none() || ours != theirs {
         stream.write_all(&MAPS_DIFFER.to_ne_bytes())?;
         return Ok(0);
     }
     HANDING_OVER.store(true, Ordering::SeqCst);
-    // Stop accepting first (the successor accepts on the same sockets), so
-    // that no new kernel flow starts here after the collection.
     if let Err(e) = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::SIGUSR1) {
         tracing::warn!(error = %e, "_getflows: cannot start the soft stop");
     }
     let flows = crate::handoff::sockmap::collect_handover(QUIESCE_LIMIT).await;
-    let sent = send_flows(state, &mut stream, &flows);
-    let result = match sent {
-        Ok(()) => Ok(flows.len()),
+    let result = match send_flows(state, stream, &flows) {
+        Ok(()) => {
+            HANDED_OVER.store(true, Ordering::SeqCst);
+            Ok(flows.len())
+        }
         Err(e) => {
-            // The successor exits when a transfer fails: its copies close,
-            // ours are the flows' only sockets again. Go on with them here.
-            tracing::warn!(error = %e, flows = flows.len(), "_getflows: transfer failed; the flows go on in this process");
+            crate::handoff::sockmap::reopen_handover();
             for f in flows {
                 spawn_adopted(
                     state,
@@ -516,6 +621,39 @@ pub async fn serve_getflows(
     };
     HANDING_OVER.store(false, Ordering::SeqCst);
     result
+}
+
+/// Wait (without blocking the worker) for the successor's [`COMMIT`] and
+/// acknowledge it. True only when both went through: from then on the
+/// successor owns what it was sent.
+async fn await_commit(stream: &UnixStream) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let attempt = async {
+        let dup = stream.try_clone()?;
+        dup.set_nonblocking(true)?;
+        let mut s = tokio::net::UnixStream::from_std(dup)?;
+        let mut word = [0u8; 4];
+        s.read_exact(&mut word).await?;
+        if u32::from_ne_bytes(word) != COMMIT {
+            return Err(std::io::Error::other("not a commit"));
+        }
+        s.write_all(&COMMIT_ACK.to_ne_bytes()).await?;
+        s.flush().await
+    };
+    match tokio::time::timeout(COMMIT_WAIT, attempt).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "_getflows: no commit from the new process");
+            false
+        }
+        Err(_) => {
+            tracing::warn!(
+                wait = ?COMMIT_WAIT,
+                "_getflows: the new process did not commit in time"
+            );
+            false
+        }
+    }
 }
 
 fn send_flows(
@@ -546,7 +684,7 @@ fn send_flows(
     stream.flush()
 }
 
-/// Connect to the old process's stats socket at `path` (for [`fetch_flows`]).
+/// Connect to the old process's stats socket at `path` (for [`take_over`]).
 pub fn connect(path: &Path) -> Result<UnixStream, ReloadError> {
     let stream = UnixStream::connect(path).map_err(|source| ReloadError::Connect {
         path: path.to_path_buf(),
@@ -559,14 +697,19 @@ pub fn connect(path: &Path) -> Result<UnixStream, ReloadError> {
     Ok(stream)
 }
 
-/// The successor's side: ask the old process (`stream`, from [`connect`]
-/// to `path`) for its kernel flows (`_getflows`), given this process's
-/// SOCKHASH id. An old process that does not share the maps keeps its flows
-/// (empty answer).
-pub fn fetch_flows(
+/// The successor's side of the take-over, run once every start-up step that
+/// can fail is behind it: ask the old process (`stream`, from [`connect`] to
+/// `path`) for its kernel flows (`_getflows`, with this process's SOCKHASH
+/// id, `-` without BPF), receive them, commit and wait for the
+/// acknowledgement. Returns the flows this process now owns: all of them
+/// once the old process acknowledged; none when it kept them (it answered
+/// that the maps differ, or it took them back for want of a timely commit).
+/// A transfer that breaks before the commit is an error: the old process
+/// takes its flows back and goes on serving, and this process must exit.
+pub fn take_over(
     mut stream: UnixStream,
     path: &Path,
-    sockhash_id: u32,
+    sockhash_id: Option<u32>,
 ) -> Result<Vec<AdoptedFlow>, ReloadError> {
     let io = |source: std::io::Error| ReloadError::Io {
         path: path.to_path_buf(),
@@ -576,37 +719,83 @@ pub fn fetch_flows(
         path: path.to_path_buf(),
         reason,
     };
+    let id = sockhash_id.map_or_else(|| "-".to_string(), |i| i.to_string());
     stream
-        .write_all(format!("_getflows {sockhash_id}\n").as_bytes())
+        .write_all(format!("_getflows {id} commit\n").as_bytes())
         .map_err(io)?;
-    let mut count = [0u8; 4];
-    if let Err(e) = stream.read_exact(&mut count) {
+    let mut word = [0u8; 4];
+    if let Err(e) = stream.read_exact(&mut word) {
         tracing::warn!(error = %e, "the old process answered nothing to _getflows: its kernel flows stay with it");
         return Ok(Vec::new());
     }
-    let count = i32::from_ne_bytes(count);
+    // An old process of the first protocol answers the count at once and
+    // gives its flows away as it sends them: no commit to make.
+    let two_phase = i32::from_ne_bytes(word) == COMMIT_PROTO;
+    if two_phase {
+        stream.read_exact(&mut word).map_err(io)?;
+    }
+    let count = i32::from_ne_bytes(word);
+    let mut got = Vec::new();
     if count == MAPS_DIFFER {
-        tracing::warn!(
-            "the old process does not share our BPF maps: its kernel flows stay with it"
-        );
-        return Ok(Vec::new());
+        if sockhash_id.is_some() {
+            tracing::warn!(
+                "the old process does not share our BPF maps: its kernel flows stay with it"
+            );
+        }
+    } else {
+        let total = usize::try_from(count)
+            .ok()
+            .filter(|n| *n <= MAX_FLOWS)
+            .ok_or_else(|| {
+                proto(format!(
+                    "invalid flow count {count} (an old process without _getflows?)"
+                ))
+            })?;
+        got.reserve(total);
+        for _ in 0..total {
+            got.push(recv_flow(&mut stream).map_err(|e| match e {
+                FlowRecvError::Io(e) => io(e),
+                FlowRecvError::Proto(r) => proto(r),
+            })?);
+        }
     }
-    let total = usize::try_from(count)
+    if !two_phase {
+        return Ok(got);
+    }
+    let old_pid = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
         .ok()
-        .filter(|n| *n <= MAX_FLOWS)
-        .ok_or_else(|| {
-            proto(format!(
-                "invalid flow count {count} (an old process without _getflows?)"
-            ))
-        })?;
-    let mut got = Vec::with_capacity(total);
-    for _ in 0..total {
-        got.push(recv_flow(&mut stream).map_err(|e| match e {
-            FlowRecvError::Io(e) => io(e),
-            FlowRecvError::Proto(r) => proto(r),
-        })?);
+        .map(|c| c.pid());
+    let acked = stream
+        .write_all(&COMMIT.to_ne_bytes())
+        .and_then(|()| {
+            let mut word = [0u8; 4];
+            stream.read_exact(&mut word).map(|()| word)
+        })
+        .map(u32::from_ne_bytes);
+    match acked {
+        Ok(COMMIT_ACK) => Ok(got),
+        other => {
+            // Without the acknowledgement the old process keeps the flows,
+            // unless it is gone: then our descriptors are their only ones.
+            let alive = old_pid.is_some_and(|p| {
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None).is_ok()
+            });
+            if alive || got.is_empty() {
+                tracing::warn!(
+                    answer = ?other,
+                    flows = got.len(),
+                    "the old process did not acknowledge the take-over: its kernel flows stay with it"
+                );
+                Ok(Vec::new())
+            } else {
+                tracing::warn!(
+                    flows = got.len(),
+                    "the old process exited during the take-over: its kernel flows go on here"
+                );
+                Ok(got)
+            }
+        }
     }
-    Ok(got)
 }
 
 enum FlowRecvError {

@@ -395,8 +395,8 @@ pub struct PairStats {
 
 /// The loaded program and handles on its maps. `Send + Sync`.
 pub struct Bpf {
-    /// Owns the program and its attachment; kept for its `Drop` only.
-    _ebpf: Mutex<Ebpf>,
+    /// Owns the program and its attachment (attached late by a successor).
+    ebpf: Mutex<Ebpf>,
     socks: SockHash<MapData, SockKey>,
     flow_ctl: AyaHashMap<MapData, SockKey, FlowCtl>,
     flow_stats: AyaHashMap<MapData, SockKey, FlowStats>,
@@ -408,6 +408,8 @@ pub struct Bpf {
     pinned: Option<PathBuf>,
     /// The maps were a predecessor's (opened from their pins).
     reused: bool,
+    /// The verdict is attached to the SOCKHASH (deferred for reused maps).
+    attached: std::sync::atomic::AtomicBool,
 }
 
 const _: fn() = || {
@@ -473,7 +475,12 @@ impl Bpf {
             .ok_or(BpfError::Missing(VERDICT_PROGRAM))?
             .try_into()?;
         program.load()?;
-        program.attach(socks.fd())?;
+        // A successor attaches only once it is sure to start (see
+        // [`Bpf::attach_verdict`]): attaching changes the predecessor's map.
+        let reused = pins.as_ref().is_some_and(|(_, reused)| *reused);
+        if !reused {
+            program.attach(socks.fd())?;
+        }
         // After the program load (it holds its own reference to the ring
         // buffer by then). A logger that cannot start costs only the records.
         let logger = match EbpfLogger::init_with_logger(&mut ebpf, TracingForward) {
@@ -485,15 +492,40 @@ impl Bpf {
             }
         };
         Ok(Bpf {
-            _ebpf: Mutex::new(ebpf),
+            ebpf: Mutex::new(ebpf),
             socks,
             flow_ctl,
             flow_stats,
             counters,
             logger: Mutex::new(logger),
-            reused: pins.as_ref().is_some_and(|(_, reused)| *reused),
+            reused,
+            attached: std::sync::atomic::AtomicBool::new(!reused),
             pinned: pins.map(|(dir, _)| dir),
         })
+    }
+
+    /// Attach the verdict to the SOCKHASH if the load left it detached (maps
+    /// reused from a predecessor). Until then the predecessor's map keeps the
+    /// program it had: a reload that fails before this step changed nothing
+    /// in the kernel. After it, sockets inserted later (by either process)
+    /// run this program, identical code over the same maps, whose log records
+    /// only this process drains.
+    pub fn attach_verdict(&self) -> Result<(), BpfError> {
+        use std::sync::atomic::Ordering;
+        if self.attached.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut ebpf = self
+            .ebpf
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let program: &mut aya::programs::SkSkb = ebpf
+            .program_mut(VERDICT_PROGRAM)
+            .ok_or(BpfError::Missing(VERDICT_PROGRAM))?
+            .try_into()?;
+        program.attach(self.socks.fd())?;
+        self.attached.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Where the maps are pinned, if they are.

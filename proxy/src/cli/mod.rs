@@ -205,12 +205,21 @@ pub struct Listener {
     pub expose_fd: bool,
 }
 
-/// The bound stats sockets of the process. Dropping it removes the socket files.
+/// The stats sockets of the process: inherited from a predecessor (`-x`,
+/// same path) or bound fresh at a temporary path next to the configured one
+/// and moved into place by [`Sockets::publish`], so a start-up that fails
+/// before then leaves the path (and a running predecessor's socket there)
+/// as it was. Dropping it removes the files that are still this process's.
 #[derive(Default)]
 pub struct Sockets {
     listeners: Vec<Listener>,
-    /// Each file with the (device, inode) it had when bound: a successor started
-    /// by a reload binds the same path, and its file must survive our exit.
+    /// Fresh sockets not yet in place: (temporary path, configured path).
+    pending: Vec<(PathBuf, PathBuf)>,
+    /// Inherited sockets whose mode and owner are applied at publication.
+    inherited: Vec<StatsSocket>,
+    /// Each file in place with the (device, inode) it had then: a successor
+    /// started by a reload may bind the same path, and its file must survive
+    /// our exit.
     paths: Vec<(PathBuf, Option<(u64, u64)>)>,
 }
 
@@ -221,17 +230,80 @@ fn file_id(path: &Path) -> Option<(u64, u64)> {
         .map(|m| (m.dev(), m.ino()))
 }
 
+/// Where a fresh stats socket is bound before it is moved to `path`
+/// (HAProxy's `PATH.PID.tmp`).
+fn temp_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(format!(".{}.tmp", std::process::id()));
+    PathBuf::from(s)
+}
+
 impl Sockets {
-    /// Bind every `stats socket` of the configuration: remove a stale socket file,
-    /// bind, set its mode and owner. Call before dropping privileges.
-    pub fn bind(config: &Config) -> Result<Self, CliError> {
+    /// Every `stats socket` of the configuration: the predecessor's listener
+    /// for the same path when it handed one over, else a fresh socket bound at
+    /// a temporary path with its mode and owner set. Nothing at the
+    /// configured paths changes until [`Sockets::publish`]. Call before
+    /// dropping privileges.
+    pub fn bind(
+        config: &Config,
+        inherited: &mut crate::listeners::Inherited,
+    ) -> Result<Self, CliError> {
         let mut s = Sockets::default();
         for sock in &config.global.stats_sockets {
-            let l = bind_one(sock)?;
-            s.paths.push((sock.path.clone(), file_id(&sock.path)));
-            s.listeners.push(l);
+            let l = match inherited.take_unix(&sock.path) {
+                Some(listener) => {
+                    tracing::info!(path = %sock.path.display(), "stats socket inherited");
+                    s.inherited.push(sock.clone());
+                    s.paths.push((sock.path.clone(), file_id(&sock.path)));
+                    listener
+                }
+                None => {
+                    let tmp = temp_path(&sock.path);
+                    // Bound at the temporary path, and that file is ours from now on.
+                    let l = bind_one(sock, &tmp);
+                    s.pending.push((tmp, sock.path.clone()));
+                    l?
+                }
+            };
+            l.set_nonblocking(true).map_err(|source| CliError::Bind {
+                path: sock.path.clone(),
+                source,
+            })?;
+            s.listeners.push(Listener {
+                listener: l,
+                level: sock.level,
+                path: sock.path.clone(),
+                expose_fd: sock.expose_fd_listeners,
+            });
         }
         Ok(s)
+    }
+
+    /// Put every fresh socket at its configured path (an atomic rename over
+    /// whatever socket was there: a client connecting meanwhile reaches the
+    /// old socket or the new one, never nothing) and apply the configured
+    /// mode and owner to the inherited ones.
+    pub fn publish(&mut self) -> Result<(), CliError> {
+        for sock in std::mem::take(&mut self.inherited) {
+            set_mode_owner(&sock, &sock.path)?;
+        }
+        for (tmp, path) in std::mem::take(&mut self.pending) {
+            if let Err(source) = std::fs::rename(&tmp, &path) {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(CliError::Bind { path, source });
+            }
+            self.paths.push((path.clone(), file_id(&path)));
+        }
+        Ok(())
+    }
+
+    /// Dups of the listening sockets, for a successor (`_getsocks`).
+    pub fn dups(&self) -> Vec<std::os::fd::OwnedFd> {
+        use std::os::fd::AsFd;
+        self.listeners
+            .iter()
+            .filter_map(|l| l.listener.as_fd().try_clone_to_owned().ok())
+            .collect()
     }
 
     /// The listeners, for the worker that serves them (leaves the file cleanup here).
@@ -242,6 +314,13 @@ impl Sockets {
 
 impl Drop for Sockets {
     fn drop(&mut self) {
+        for (tmp, _) in &self.pending {
+            let _ = std::fs::remove_file(tmp);
+        }
+        // A successor that took our sockets over serves the same files.
+        if crate::reload::handed_over() {
+            return;
+        }
         for (p, id) in &self.paths {
             if id.is_some() && file_id(p) == *id {
                 let _ = std::fs::remove_file(p);
@@ -250,43 +329,41 @@ impl Drop for Sockets {
     }
 }
 
-fn bind_one(sock: &StatsSocket) -> Result<Listener, CliError> {
+/// Bind `sock` at `at` (its configured path, or the temporary one) with its
+/// mode and owner. The configured path must not hold a file that is not a
+/// socket (a stale socket there is replaced at publication).
+fn bind_one(sock: &StatsSocket, at: &Path) -> Result<std::os::unix::net::UnixListener, CliError> {
     let path = &sock.path;
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => {
-            std::fs::remove_file(path).map_err(|source| CliError::RemoveStale {
-                path: path.clone(),
-                source,
-            })?;
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if !m.file_type().is_socket() {
+            return Err(CliError::NotASocket { path: path.clone() });
         }
-        Ok(_) => return Err(CliError::NotASocket { path: path.clone() }),
-        Err(_) => {}
     }
-    let listener =
-        std::os::unix::net::UnixListener::bind(path).map_err(|source| CliError::Bind {
-            path: path.clone(),
+    // A stale socket of ours (same pid) at the temporary path, or at the
+    // configured path when binding there directly.
+    if std::fs::symlink_metadata(at).is_ok_and(|m| m.file_type().is_socket()) {
+        std::fs::remove_file(at).map_err(|source| CliError::RemoveStale {
+            path: at.to_path_buf(),
             source,
         })?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|source| CliError::Bind {
-            path: path.clone(),
-            source,
-        })?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(sock.mode)).map_err(
-        |source| CliError::Chmod {
-            path: path.clone(),
+    }
+    let listener = std::os::unix::net::UnixListener::bind(at).map_err(|source| CliError::Bind {
+        path: path.clone(),
+        source,
+    })?;
+    set_mode_owner(sock, at)?;
+    Ok(listener)
+}
+
+fn set_mode_owner(sock: &StatsSocket, at: &Path) -> Result<(), CliError> {
+    std::fs::set_permissions(at, std::fs::Permissions::from_mode(sock.mode)).map_err(|source| {
+        CliError::Chmod {
+            path: sock.path.clone(),
             mode: sock.mode,
             source,
-        },
-    )?;
-    chown(path, sock.user.as_deref(), sock.group.as_deref())?;
-    Ok(Listener {
-        listener,
-        level: sock.level,
-        path: path.clone(),
-        expose_fd: sock.expose_fd_listeners,
-    })
+        }
+    })?;
+    chown(at, sock.user.as_deref(), sock.group.as_deref())
 }
 
 fn chown(path: &Path, user: Option<&str>, group: Option<&str>) -> Result<(), CliError> {
@@ -345,15 +422,29 @@ pub fn serve(state: Arc<State>, listeners: Vec<Listener>) -> Vec<TaskHandle> {
     tasks
 }
 
+/// Serve one stats socket. It starts accepting once the process serves (a
+/// successor must not take the connection it opened to its predecessor), and
+/// stops at the soft stop of a process whose successor took its sockets over
+/// (the successor serves the same socket; an operator's command must reach
+/// it, not us), as HAProxy's old processes stop their stats sockets.
 async fn accept_loop(ctx: Arc<Ctx>, listener: UnixListener, level: CliLevel, expose_fd: bool) {
     let maxconn = ctx.state.config.global.stats_maxconn.max(1);
     let slots = Arc::new(Semaphore::new(maxconn));
+    ctx.state.serving().await;
+    let mut phase = ctx.state.phase.clone();
     loop {
         // Take a slot first: with `stats maxconn` clients connected, stop accepting.
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
-        match listener.accept().await {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = phase.wait_for(|p| *p != crate::daemon::Phase::Running && crate::reload::handed_over()) => {
+                tracing::debug!("stats socket closed: the successor serves it");
+                return;
+            }
+        };
+        match accepted {
             Ok((stream, _)) => {
                 let ctx = ctx.clone();
                 let timeout = ctx.state.config.global.stats_timeout;
@@ -499,13 +590,13 @@ fn getsocks(sess: &Session) {
     }
 }
 
-/// `_getflows ID`: hand the kernel flows over the connection's own socket.
-async fn getflows(ctx: &Ctx, sess: &Session, arg: Option<&str>) {
+/// `_getflows ID [commit]`: hand the kernel flows over the connection's own socket.
+async fn getflows(ctx: &Ctx, sess: &Session, arg: Option<&str>, commit: bool) {
     let Some(fd) = &sess.fd_passing else {
         return;
     };
     use std::os::fd::AsFd;
-    match crate::reload::serve_getflows(&ctx.state, fd.as_fd(), arg).await {
+    match crate::reload::serve_getflows(&ctx.state, fd.as_fd(), arg, commit).await {
         Ok(n) => tracing::warn!(flows = n, "_getflows: kernel flows handed to a new process"),
         Err(e) => tracing::warn!(error = %e, "_getflows: transfer failed"),
     }
@@ -562,7 +653,9 @@ where
                             // shunt's reload of kernel flows: the flows and their
                             // sockets (nothing without `expose-fd listeners`).
                             let _ = send(ctx, &mut stream, &out).await;
-                            getflows(ctx, &sess, req.words.get(1).map(String::as_str)).await;
+                            let commit = req.words.get(2).map(String::as_str) == Some("commit");
+                            getflows(ctx, &sess, req.words.get(1).map(String::as_str), commit)
+                                .await;
                             return;
                         }
                         let cmd = command::parse(&req);

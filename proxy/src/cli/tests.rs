@@ -107,6 +107,7 @@ fn make_ctx(config: Config) -> (Ctx, watch::Sender<Phase>) {
         limits: crate::daemon::Limits::new(&config),
         conn_released: Notify::new(),
         phase: rx,
+        hold: watch::channel(false).0,
         remotes: std::sync::Mutex::new(Vec::new()),
     });
     (Ctx::new(state), tx)
@@ -655,7 +656,7 @@ fn show_info_has_haproxy_keys_in_order_then_shunt_fields() {
 
 #[test]
 fn sockets_bind_with_mode_replace_stale_files_and_clean_up() {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let dir = test_dir("bind");
     let path = dir.join("s.sock");
     // A stale socket file from a previous run.
@@ -670,7 +671,16 @@ fn sockets_bind_with_mode_replace_stale_files_and_clean_up() {
         group: None,
         expose_fd_listeners: false,
     });
-    let mut socks = Sockets::bind(&cfg).expect("bind over a stale socket");
+    let stale = std::fs::metadata(&path).unwrap();
+    let mut socks = Sockets::bind(&cfg, &mut Default::default()).expect("bind");
+    // Nothing at the configured path changes before publication.
+    let before = std::fs::metadata(&path).unwrap();
+    assert_eq!(
+        (before.dev(), before.ino()),
+        (stale.dev(), stale.ino()),
+        "the stale file was replaced before publication"
+    );
+    socks.publish().expect("publish over a stale socket");
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o640);
     let ls = socks.take_listeners();
@@ -679,10 +689,23 @@ fn sockets_bind_with_mode_replace_stale_files_and_clean_up() {
     drop(ls);
     drop(socks);
     assert!(!path.exists(), "socket file left behind");
+    // A start-up that fails before publication leaves the path alone and
+    // removes its temporary file.
+    let held = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let socks = Sockets::bind(&cfg, &mut Default::default()).expect("bind");
+    drop(socks);
+    assert!(path.exists(), "an unpublished start-up removed the path");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        1,
+        "temporary file left"
+    );
+    drop(held);
+    std::fs::remove_file(&path).unwrap();
     // A regular file in the way is not deleted.
     std::fs::write(&path, b"keep").unwrap();
     assert!(matches!(
-        Sockets::bind(&cfg),
+        Sockets::bind(&cfg, &mut Default::default()),
         Err(CliError::NotASocket { .. })
     ));
     assert_eq!(std::fs::read(&path).unwrap(), b"keep");

@@ -919,10 +919,15 @@ pub struct Handed {
 }
 
 /// The process's hand-over of its kernel flows (see "Hand-over" in the
-/// module doc of `crate::reload`).
+/// module doc of `crate::reload`). A hand-over that did not commit is undone
+/// by [`reopen_handover`], which starts a new generation: members of an
+/// earlier one can no longer answer or be counted.
 #[derive(Debug, Default)]
 struct HandoverReg {
-    /// Flows registered to answer a request and not answered or ended yet.
+    /// Current generation (one per hand-over attempt).
+    generation: u64,
+    /// Flows of this generation registered to answer a request and not
+    /// answered or ended yet.
     live: usize,
     /// A request was made: flows starting later are not registered.
     requested: bool,
@@ -932,12 +937,14 @@ struct HandoverReg {
 }
 
 static HANDOVER: Mutex<HandoverReg> = Mutex::new(HandoverReg {
+    generation: 0,
     live: 0,
     requested: false,
     closed: false,
     items: Vec::new(),
 });
-static HANDOVER_SIGNAL: OnceLock<tokio::sync::watch::Sender<bool>> = OnceLock::new();
+/// The generation whose members are asked to hand themselves over, if any.
+static HANDOVER_SIGNAL: OnceLock<tokio::sync::watch::Sender<Option<u64>>> = OnceLock::new();
 /// Poll period of [`collect_handover`] while flows quiesce.
 const HANDOVER_POLL: Duration = Duration::from_millis(1);
 
@@ -947,8 +954,8 @@ fn handover_reg() -> std::sync::MutexGuard<'static, HandoverReg> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn handover_signal() -> &'static tokio::sync::watch::Sender<bool> {
-    HANDOVER_SIGNAL.get_or_init(|| tokio::sync::watch::channel(false).0)
+fn handover_signal() -> &'static tokio::sync::watch::Sender<Option<u64>> {
+    HANDOVER_SIGNAL.get_or_init(|| tokio::sync::watch::channel(None).0)
 }
 
 /// A kernel flow's membership in the hand-over: registered flows answer a
@@ -957,6 +964,7 @@ fn handover_signal() -> &'static tokio::sync::watch::Sender<bool> {
 #[derive(Debug)]
 pub(crate) struct Member {
     registered: bool,
+    generation: u64,
 }
 
 impl Member {
@@ -966,7 +974,10 @@ impl Member {
         if registered {
             reg.live += 1;
         }
-        Member { registered }
+        Member {
+            registered,
+            generation: reg.generation,
+        }
     }
 
     /// Resolves once a hand-over is requested (never for an unregistered flow).
@@ -975,7 +986,8 @@ impl Member {
             return std::future::pending().await;
         }
         let mut rx = handover_signal().subscribe();
-        if rx.wait_for(|r| *r).await.is_err() {
+        let gen = self.generation;
+        if rx.wait_for(|r| *r == Some(gen)).await.is_err() {
             std::future::pending::<()>().await;
         }
     }
@@ -985,10 +997,9 @@ impl Member {
     /// was already taken; either way this flow is no longer registered.
     pub(crate) fn offer(&mut self, handed: Handed) -> bool {
         let mut reg = handover_reg();
-        if !self.registered {
+        if !std::mem::replace(&mut self.registered, false) || reg.generation != self.generation {
             return false;
         }
-        self.registered = false;
         reg.live = reg.live.saturating_sub(1);
         if reg.closed {
             return false;
@@ -1001,7 +1012,9 @@ impl Member {
     pub(crate) fn leave(&mut self) {
         if std::mem::replace(&mut self.registered, false) {
             let mut reg = handover_reg();
-            reg.live = reg.live.saturating_sub(1);
+            if reg.generation == self.generation {
+                reg.live = reg.live.saturating_sub(1);
+            }
         }
     }
 }
@@ -1014,10 +1027,14 @@ impl Drop for Member {
 
 /// Ask every registered kernel flow to quiesce and hand itself over; wait
 /// (at most `limit`) until each has answered or ended, then take the
-/// collection. Flows that answer later keep running in this process.
+/// collection. Flows starting from now on are not registered.
 pub async fn collect_handover(limit: Duration) -> Vec<Handed> {
-    handover_reg().requested = true;
-    handover_signal().send_replace(true);
+    let gen = {
+        let mut reg = handover_reg();
+        reg.requested = true;
+        reg.generation
+    };
+    handover_signal().send_replace(Some(gen));
     let t0 = tokio::time::Instant::now();
     loop {
         {
@@ -1035,6 +1052,21 @@ pub async fn collect_handover(limit: Duration) -> Vec<Handed> {
         }
         tokio::time::sleep(HANDOVER_POLL).await;
     }
+}
+
+/// Undo a hand-over that did not commit: a new generation, with no request
+/// pending, so the flows this process takes back (and every flow starting
+/// from now on) answer the next request. Call before taking them back.
+pub fn reopen_handover() {
+    {
+        let mut reg = handover_reg();
+        reg.generation += 1;
+        reg.live = 0;
+        reg.requested = false;
+        reg.closed = false;
+        reg.items.clear();
+    }
+    handover_signal().send_replace(None);
 }
 
 /// Kernel flows registered for a hand-over (diagnostics and tests).

@@ -1,7 +1,7 @@
 //! Traffic logs: one line per flow, sent to syslog (UDP, or TCP through a `ring`),
 //! stderr or stdout, as HAProxy's `log` / `option tcplog` / `log-format`.
 //!
-//! Owns the process-wide log system ([`start`]), the per-flow record kept by the
+//! Owns the process-wide log system ([`Opened::start`]), the per-flow record kept by the
 //! session ([`FlowGuard`]) and the `DroppedLogs` counter ([`dropped`]).
 //!
 //! Logging never blocks forwarding. A worker renders the line and `try_send`s it
@@ -12,7 +12,7 @@
 //! never latency on a worker.
 //!
 //! Race window: the log thread starts after the workers may have accepted their
-//! first flow; a worker that logs before [`start`] ran finds no system and its
+//! first flow; a worker that logs before [`Opened::start`] ran finds no system and its
 //! line is counted as dropped (start-up order in `daemon.rs` makes it unreachable).
 
 pub mod format;
@@ -82,26 +82,38 @@ fn hostname() -> String {
         .unwrap_or_default()
 }
 
-/// Start the log thread when any frontend logs. Call once, after privileges were
-/// dropped (the thread must not keep capabilities).
-pub fn start(config: &Arc<Config>) -> Result<(), LogError> {
+/// The log targets, opened (sockets made) but not yet served: see [`open`].
+pub struct Opened(sender::Dests);
+
+/// Open the log targets when any frontend logs: the step that can fail, run
+/// at start-up before anything of a running predecessor is touched.
+pub fn open(config: &Arc<Config>) -> Result<Option<Opened>, LogError> {
     if !config
         .global
         .traffic_logs
         .iter()
         .any(|l| !l.targets.is_empty())
     {
-        return Ok(());
+        return Ok(None);
     }
-    let (tx, rx) = mpsc::unbounded_channel();
     let dests = sender::Dests::open(config, hostname()).map_err(LogError::Socket)?;
-    std::thread::Builder::new()
-        .name("shunt-log".to_string())
-        .spawn(move || sender::run(dests, rx))
-        .map_err(LogError::Thread)?;
-    // A second start (tests) keeps the first system.
-    let _ = SYSTEM.set(System { register: tx });
-    Ok(())
+    Ok(Some(Opened(dests)))
+}
+
+impl Opened {
+    /// Start the log thread. Call once, after privileges were dropped (the
+    /// thread must not keep capabilities).
+    pub fn start(self) -> Result<(), LogError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let dests = self.0;
+        std::thread::Builder::new()
+            .name("shunt-log".to_string())
+            .spawn(move || sender::run(dests, rx))
+            .map_err(LogError::Thread)?;
+        // A second start (tests) keeps the first system.
+        let _ = SYSTEM.set(System { register: tx });
+        Ok(())
+    }
 }
 
 /// Queue `line` of frontend `fe` at `level` from this thread.
@@ -145,7 +157,8 @@ struct Inner {
 
 impl FlowGuard {
     /// A record for a flow accepted on `fe`; inert when that frontend logs nothing.
-    /// With the default format, the "Connect from" line is emitted now.
+    /// With the default format, the "Connect from" line is emitted now (at the
+    /// end with `option dontlognull`, and only if the client sent data).
     pub fn new(state: &Arc<State>, fe: usize, peer: SocketAddr, local: Option<SocketAddr>) -> Self {
         let Some(pl) = state.config.global.traffic_logs.get(fe) else {
             return Self { inner: None };
@@ -162,7 +175,10 @@ impl FlowGuard {
             start: now,
             mark: now,
         };
-        if pl.at_accept {
+        // With `option dontlognull` the line waits for the flow's end: only
+        // then is it known whether the client sent anything (HAProxy logs no
+        // connection without data, such as a port probe).
+        if pl.at_accept && !pl.dontlognull {
             inner.send();
             return Self { inner: None };
         }
@@ -261,7 +277,7 @@ impl Inner {
         let Some(pl) = cfg.global.traffic_logs.get(fe) else {
             return;
         };
-        if pl.dontlognull && !pl.at_accept && self.rec.bytes_up == 0 {
+        if pl.dontlognull && self.rec.bytes_up == 0 {
             return;
         }
         let mut rec = self.rec.clone();

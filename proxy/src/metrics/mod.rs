@@ -13,7 +13,7 @@
 //! only other scrapes. Bounds: [`MAX_REQUEST`] bytes of request head,
 //! [`REQUEST_TIMEOUT`] to send it, [`MAX_SCRAPERS`] scrapes at once.
 
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::net::TcpListener as StdListener;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -26,7 +26,6 @@ use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::config::Config;
 use crate::daemon::State;
 
 /// Largest request head read before answering (a scrape's is ~200 bytes).
@@ -45,11 +44,6 @@ static STARTED: std::sync::OnceLock<SystemTime> = std::sync::OnceLock::new();
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
-    #[error("Starting prometheus exporter: cannot bind socket [{addr}]: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
     #[error("cannot start the metrics thread: {0}")]
     Thread(std::io::Error),
 }
@@ -61,19 +55,9 @@ pub fn flow_done(mode_idx: usize, bytes: u64) {
     }
 }
 
-/// Bind the exporter's socket, if configured (before privileges are dropped).
-pub fn bind(config: &Config) -> Result<Option<StdListener>, MetricsError> {
+/// Note the process start for the exporter's uptime (call once at start-up).
+pub fn mark_started() {
     let _ = STARTED.set(SystemTime::now());
-    let Some(addr) = config.global.prometheus else {
-        return Ok(None);
-    };
-    let l = StdListener::bind(addr)
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(|source| MetricsError::Bind { addr, source })?;
-    if let Ok(a) = l.local_addr() {
-        tracing::info!(addr = %a, "prometheus exporter listening");
-    }
-    Ok(Some(l))
 }
 
 /// Serve scrapes on `l` from a thread of their own until the process exits.

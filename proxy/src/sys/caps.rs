@@ -104,6 +104,19 @@ pub enum CapsError {
     },
 }
 
+/// Check that `user` and `group` name real accounts, so that a start-up
+/// can fail on them before it touches anything ([`drop_to`] looks them up
+/// again when it runs).
+pub fn check_names(user: Option<&str>, group: Option<&str>) -> Result<(), CapsError> {
+    if let Some(u) = user {
+        lookup_user(u)?;
+    }
+    if let Some(g) = group {
+        lookup_group(g)?;
+    }
+    Ok(())
+}
+
 /// Switches to `user` and/or `group` and keeps exactly `keep` as permitted
 /// and effective capabilities.
 ///

@@ -1,0 +1,281 @@
+//! Every listening socket the process owns, bound fresh or inherited from a
+//! predecessor (`-x`): the frontends' TCP sockets (one per thread per bind
+//! address, `SO_REUSEPORT`), the Prometheus exporter's and the stats sockets'.
+//!
+//! Owns the sorting of the descriptors a predecessor handed over
+//! ([`Inherited`]: TCP listeners by local address, Unix listeners by path) and
+//! the TCP bind itself. Must not: touch a socket it was handed (no `listen`,
+//! no option change but `O_NONBLOCK`, which the predecessor's accept loops set
+//! too), or keep a descriptor nobody claimed (closed with a warning).
+//!
+//! Invariant: a socket whose address (or path) the new configuration still
+//! names is reused, never rebound, so a reload with an unchanged address
+//! cannot meet `EADDRINUSE`, and a client queued on it waits for whichever
+//! process accepts next instead of being refused.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+
+use crate::config::Config;
+
+/// Listen backlog per socket (HAProxy uses maxconn; the kernel caps it at somaxconn).
+const LISTEN_BACKLOG: i32 = 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// HAProxy's wording: `Starting frontend fe: cannot bind socket (Address
+    /// already in use) [127.0.0.1:80]`.
+    #[error("Starting {what}: cannot bind socket ({reason}) [{addr}]")]
+    Bind {
+        what: String,
+        addr: SocketAddr,
+        reason: String,
+        source: std::io::Error,
+    },
+}
+
+impl ListenError {
+    /// A failed bind of `addr` for `what` ("frontend fe", "prometheus exporter").
+    pub fn bind(what: impl Into<String>, addr: SocketAddr, source: std::io::Error) -> Self {
+        ListenError::Bind {
+            what: what.into(),
+            addr,
+            reason: errno_text(&source),
+            source,
+        }
+    }
+}
+
+/// The error's text without Rust's " (os error N)" suffix, as HAProxy prints it.
+fn errno_text(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+/// Bind one TCP listener on `addr` (`SO_REUSEADDR`, `SO_REUSEPORT`, non-blocking).
+pub fn bind_tcp(addr: SocketAddr) -> std::io::Result<StdListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_reuse_address(true)?;
+    sock.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        // `:::PORT` means both families, as HAProxy's default v4v6 behaviour.
+        sock.set_only_v6(false)?;
+    }
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(LISTEN_BACKLOG)?;
+    Ok(sock.into())
+}
+
+/// The listening sockets a predecessor handed over, sorted for claiming.
+#[derive(Debug, Default)]
+pub struct Inherited {
+    tcp: HashMap<SocketAddr, Vec<StdListener>>,
+    unix: HashMap<PathBuf, UnixListener>,
+}
+
+impl Inherited {
+    /// Sort `fds` by what they are: listening TCP sockets by local address,
+    /// listening Unix stream sockets by path. Anything else is closed.
+    pub fn sort(fds: Vec<OwnedFd>) -> Self {
+        use nix::sys::socket::{getsockopt, sockopt};
+        let mut out = Inherited::default();
+        for fd in fds {
+            let listening = getsockopt(&fd, sockopt::AcceptConn).unwrap_or(false);
+            let sock = socket2::Socket::from(fd);
+            let stream = sock.r#type().ok() == Some(socket2::Type::STREAM);
+            let local = sock.local_addr().ok();
+            if !listening || !stream {
+                tracing::warn!(
+                    addr = ?local,
+                    "inherited descriptor is not a listening stream socket; closing it"
+                );
+                continue;
+            }
+            if let Err(e) = sock.set_nonblocking(true) {
+                tracing::warn!(addr = ?local, error = %e, "inherited socket: cannot set non-blocking; closing it");
+                continue;
+            }
+            if let Some(a) = local.as_ref().and_then(socket2::SockAddr::as_socket) {
+                out.tcp.entry(a).or_default().push(sock.into());
+            } else if let Some(p) = local.as_ref().and_then(|a| a.as_pathname()) {
+                let p = configured_path(p);
+                let l = UnixListener::from(OwnedFd::from(sock));
+                if out.unix.insert(p.clone(), l).is_some() {
+                    tracing::warn!(path = %p.display(), "two inherited sockets on one path; closing one");
+                }
+            } else {
+                tracing::warn!(addr = ?local, "inherited socket without an address or path; closing it");
+            }
+        }
+        out
+    }
+
+    /// The predecessor's sockets on `addr` (none for port 0: the address is
+    /// not known before binding).
+    pub fn take_tcp(&mut self, addr: SocketAddr) -> Vec<StdListener> {
+        if addr.port() == 0 {
+            return Vec::new();
+        }
+        self.tcp.remove(&addr).unwrap_or_default()
+    }
+
+    /// The predecessor's Unix listener at `path`.
+    pub fn take_unix(&mut self, path: &Path) -> Option<UnixListener> {
+        self.unix.remove(path)
+    }
+
+    /// Leave the predecessor's stats sockets alone (closing our copies): a
+    /// process that runs beside its predecessor (`-x` without `-sf`/`-st`)
+    /// binds its own, so that commands reach the newest process only.
+    pub fn drop_unix(&mut self) {
+        self.unix.clear();
+    }
+
+    /// Close what no part of the configuration claimed (its address is gone
+    /// from the configuration: the predecessor's copy closes when it stops).
+    pub fn close_rest(self) {
+        for (addr, socks) in self.tcp {
+            tracing::warn!(%addr, sockets = socks.len(), "inherited listening sockets not in the configuration: closing them");
+        }
+        for path in self.unix.into_keys() {
+            tracing::warn!(path = %path.display(), "inherited stats socket not in the configuration: closing it");
+        }
+    }
+}
+
+/// The configured path of a stats socket: a socket bound at `PATH.PID.tmp`
+/// and then renamed to `PATH` (how stats sockets are put in place) still
+/// names the temporary path as its address.
+fn configured_path(bound: &Path) -> PathBuf {
+    let Some(name) = bound.file_name().and_then(|n| n.to_str()) else {
+        return bound.to_path_buf();
+    };
+    let stripped = name.strip_suffix(".tmp").and_then(|rest| {
+        let (base, pid) = rest.rsplit_once('.')?;
+        (!base.is_empty() && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+            .then_some(base)
+    });
+    match stripped {
+        Some(base) => bound.with_file_name(base),
+        None => bound.to_path_buf(),
+    }
+}
+
+/// Listeners for one thread: `(frontend index, socket)`.
+pub type ThreadListeners = Vec<(usize, StdListener)>;
+
+/// One socket per thread per frontend bind address (`SO_REUSEPORT`), taking
+/// the inherited sockets of the addresses they match first.
+pub fn bind_frontends(
+    config: &Config,
+    nbthread: usize,
+    inherited: &mut Inherited,
+) -> Result<Vec<ThreadListeners>, ListenError> {
+    let mut per_thread: Vec<ThreadListeners> = (0..nbthread).map(|_| Vec::new()).collect();
+    for (fi, fe) in config.frontends.iter().enumerate() {
+        for &addr in &fe.binds {
+            let mut taken = inherited.take_tcp(addr);
+            let adopted = taken.len();
+            // The first bind may pick a port (port 0); siblings join the same one.
+            let mut actual = addr;
+            for list in per_thread.iter_mut() {
+                let l = match taken.pop() {
+                    Some(l) => l,
+                    None => bind_tcp(actual)
+                        .map_err(|e| ListenError::bind(format!("frontend {}", fe.name), addr, e))?,
+                };
+                if let Ok(a) = l.local_addr() {
+                    actual = a;
+                }
+                list.push((fi, l));
+            }
+            // More inherited sockets than threads: each keeps an accept queue
+            // that clients were hashed to, so each is served by some thread.
+            for (i, l) in taken.into_iter().enumerate() {
+                per_thread[i % nbthread].push((fi, l));
+            }
+            tracing::info!(frontend = %fe.name, addr = %actual, inherited = adopted, "listening");
+        }
+    }
+    Ok(per_thread)
+}
+
+/// The Prometheus exporter's listener, if configured: the inherited one for
+/// its address, else bound fresh.
+pub fn bind_prometheus(
+    config: &Config,
+    inherited: &mut Inherited,
+) -> Result<Option<StdListener>, ListenError> {
+    let Some(addr) = config.global.prometheus else {
+        return Ok(None);
+    };
+    let l = match inherited.take_tcp(addr).pop() {
+        Some(l) => l,
+        None => bind_tcp(addr).map_err(|e| ListenError::bind("prometheus exporter", addr, e))?,
+    };
+    if let Ok(a) = l.local_addr() {
+        tracing::info!(addr = %a, "prometheus exporter listening");
+    }
+    Ok(Some(l))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    fn dup(fd: impl AsFd) -> OwnedFd {
+        fd.as_fd().try_clone_to_owned().unwrap()
+    }
+
+    #[test]
+    fn inherited_sockets_are_sorted_by_address_and_path_and_the_rest_closed() {
+        let dir = std::env::temp_dir().join(format!("shunt-inh-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let _ = std::fs::remove_file(&path);
+        let tcp = bind_tcp("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let unix = UnixListener::bind(&path).unwrap();
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut inh = Inherited::sort(vec![dup(&tcp), dup(&unix), dup(&udp)]);
+        assert!(inh
+            .take_tcp(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .is_empty());
+        assert_eq!(inh.take_tcp(addr).len(), 1);
+        assert!(inh.take_tcp(addr).is_empty(), "taken once");
+        assert!(inh.take_unix(&path).is_some());
+        assert!(inh.take_unix(&path).is_none());
+        inh.close_rest();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_renamed_stats_socket_is_known_by_its_configured_path() {
+        let p = |s: &str| PathBuf::from(s);
+        assert_eq!(configured_path(&p("/run/a.sock.123.tmp")), p("/run/a.sock"));
+        assert_eq!(configured_path(&p("/run/a.sock")), p("/run/a.sock"));
+        assert_eq!(configured_path(&p("/run/a.x.tmp")), p("/run/a.x.tmp"));
+        assert_eq!(configured_path(&p("/run/.1.tmp")), p("/run/.1.tmp"));
+    }
+
+    #[test]
+    fn a_bind_error_reads_as_haproxy_s() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = held.local_addr().unwrap();
+        let e = bind_tcp(addr).unwrap_err();
+        let msg = ListenError::bind("frontend fe", addr, e).to_string();
+        assert_eq!(
+            msg,
+            format!("Starting frontend fe: cannot bind socket (Address already in use) [{addr}]")
+        );
+    }
+}
