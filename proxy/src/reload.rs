@@ -561,16 +561,7 @@ pub async fn serve_getflows(
             flows = n,
             "the new process did not commit its take-over: this process goes on serving, with its kernel flows"
         );
-        crate::handoff::sockmap::reopen_handover();
-        for f in flows {
-            spawn_adopted(
-                state,
-                AdoptedFlow {
-                    names: None,
-                    handed: f,
-                },
-            );
-        }
+        take_back(state, flows);
         state.hold_accepting(false);
     }
     HANDING_OVER.store(false, Ordering::SeqCst);
@@ -578,6 +569,24 @@ pub async fn serve_getflows(
         Ok(n)
     } else {
         Err(std::io::Error::other("the new process did not commit"))
+    }
+}
+
+/// Continue here the collected flows of a hand-over that did not happen, in
+/// a new hand-over generation (a later request reaches them again).
+fn take_back(
+    state: &std::sync::Arc<crate::daemon::State>,
+    flows: Vec<crate::handoff::sockmap::Handed>,
+) {
+    crate::handoff::sockmap::reopen_handover();
+    for handed in flows {
+        spawn_adopted(
+            state,
+            AdoptedFlow {
+                names: None,
+                handed,
+            },
+        );
     }
 }
 
@@ -606,16 +615,7 @@ async fn serve_getflows_v1(
             Ok(flows.len())
         }
         Err(e) => {
-            crate::handoff::sockmap::reopen_handover();
-            for f in flows {
-                spawn_adopted(
-                    state,
-                    AdoptedFlow {
-                        names: None,
-                        handed: f,
-                    },
-                );
-            }
+            take_back(state, flows);
             Err(e)
         }
     };
