@@ -4,6 +4,12 @@
 //!
 //! Tests find the binary with [`shunt_bin`]: `$SHUNT_BIN`, else the workspace's
 //! `target/debug/shunt` (built by `cargo xtask test` before the tests run).
+//!
+//! The reload tests' helpers (configurations, the connection loop, long-lived
+//! flows) are in [`reload`].
+
+#[path = "harness/reload.rs"]
+pub mod reload;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

@@ -13,18 +13,17 @@
 //! exits at once, and at the end both directions of every flow match
 //! byte for byte (SHA-256) with no reset.
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use shunt_tests::reload::*;
 use shunt_tests::*;
 
 /// Reloads in the run (the issue's acceptance number).
 const RELOADS: usize = 10;
-/// Bytes each connection of the loop sends and reads back.
-const MSG_LEN: usize = 4096;
 /// Client threads running the connection loop.
 const CLIENTS: usize = 2;
 /// Upper bound on the whole loop, whatever happens.
@@ -33,97 +32,13 @@ const LOOP_LIMIT: Duration = Duration::from_secs(180);
 const OLD_EXIT: Duration = Duration::from_secs(15);
 
 fn config(dir: &std::path::Path, port: u16, server: SocketAddr, expose: bool) -> String {
-    let expose = if expose { " expose-fd listeners" } else { "" };
-    format!(
-        "global\n    nbthread 2\n    pidfile {d}/shunt.pid\n    stats socket {d}/admin.sock level admin{expose}\n\n\
-         defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n\n\
-         frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\n\
-         backend be\n    server s1 {server}\n",
-        d = dir.display()
-    )
-}
-
-#[derive(Default)]
-struct Tally {
-    ok: AtomicUsize,
-    refused: AtomicUsize,
-    reset: AtomicUsize,
-    other: AtomicUsize,
-}
-
-/// One connection of the loop: send MSG_LEN bytes, read them back, close cleanly.
-fn one_exchange(addr: SocketAddr, seed: u64) -> std::io::Result<()> {
-    // Each failure names its step (what a reset interrupted tells its cause).
-    let at = |step: &'static str| {
-        move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{step}: {e}"))
-    };
-    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(at("connect"))?;
-    c.set_read_timeout(Some(Duration::from_secs(10)))?;
-    c.set_write_timeout(Some(Duration::from_secs(10)))?;
-    let msg = pattern(MSG_LEN, seed);
-    c.write_all(&msg).map_err(at("send"))?;
-    let mut back = vec![0u8; MSG_LEN];
-    c.read_exact(&mut back).map_err(at("echo"))?;
-    if back != msg {
-        return Err(std::io::Error::other("echo differs"));
-    }
-    c.shutdown(Shutdown::Write).map_err(at("shutdown"))?;
-    let mut rest = Vec::new();
-    c.read_to_end(&mut rest).map_err(at("eof"))?;
-    if !rest.is_empty() {
-        return Err(std::io::Error::other("bytes after the echo"));
-    }
-    Ok(())
-}
-
-fn client_loop(addr: SocketAddr, id: u64, stop: Arc<AtomicBool>, tally: Arc<Tally>) {
-    let t0 = Instant::now();
-    let mut seed = id << 32;
-    while !stop.load(Ordering::Relaxed) && t0.elapsed() < LOOP_LIMIT {
-        seed += 1;
-        match one_exchange(addr, seed) {
-            Ok(()) => {
-                tally.ok.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                let slot = match e.kind() {
-                    ErrorKind::ConnectionRefused => &tally.refused,
-                    ErrorKind::ConnectionReset | ErrorKind::BrokenPipe => &tally.reset,
-                    _ => &tally.other,
-                };
-                slot.fetch_add(1, Ordering::Relaxed);
-                eprintln!("connection {seed:#x} failed: {e}");
-            }
-        }
-        // Steady, not a flood: the machine has 2 cores shared with others.
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-/// The log without its ANSI colour sequences.
-fn plain(log: &str) -> String {
-    let mut out = String::with_capacity(log.len());
-    let mut chars = log.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-fn pid_in(path: &std::path::Path) -> i32 {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .trim()
-        .parse()
-        .unwrap_or(0)
+    [
+        reload_global(dir, expose, ""),
+        tcp_defaults("30s"),
+        frontend("fe", port, "", "be"),
+        backend("be", server),
+    ]
+    .concat()
 }
 
 #[test]
@@ -162,12 +77,7 @@ fn reload_loop(mode: &str) {
 
     let stop = Arc::new(AtomicBool::new(false));
     let tally = Arc::new(Tally::default());
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|i| {
-            let (st, ta) = (stop.clone(), tally.clone());
-            std::thread::spawn(move || client_loop(addr, i as u64 + 1, st, ta))
-        })
-        .collect();
+    let clients = spawn_clients(addr, CLIENTS, &stop, &tally, LOOP_LIMIT);
 
     for round in 1..=RELOADS {
         // Wait until the loop is demonstrably running against the current process.
@@ -258,12 +168,9 @@ fn reload_loop(mode: &str) {
     for c in clients {
         c.join().expect("client thread");
     }
-    let (ok, refused, reset, other) = (
-        tally.ok.load(Ordering::Relaxed),
-        tally.refused.load(Ordering::Relaxed),
-        tally.reset.load(Ordering::Relaxed),
-        tally.other.load(Ordering::Relaxed),
-    );
+    let (ok, refused, reset, corrupted, other) = tally.counts();
+    // Wrong bytes back are one more kind of other failure here.
+    let other = other + corrupted;
     eprintln!("{RELOADS} reloads: {ok} connections ok, {refused} refused, {reset} reset, {other} other failures");
     assert!(ok >= 5 * (RELOADS + 1), "too few connections ran: {ok}");
     assert_eq!(
@@ -283,94 +190,14 @@ const LONG_TICK: Duration = Duration::from_millis(20);
 const LONG_BURST: u64 = LONG_RATE as u64 / 4;
 /// Bound on each wait for the long-lived flows to make progress.
 const PROGRESS_LIMIT: Duration = Duration::from_secs(20);
-
-/// Byte `i` of the stream one side of long-lived flow `id` writes.
-fn stream_byte(id: u64, to_server: bool, i: u64) -> u8 {
-    let x = i
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        .wrapping_add(id << 1 | u64::from(to_server));
-    (x >> 29) as u8 ^ (i as u8)
-}
-
-/// One side of a long-lived flow: writes its stream, checks the peer's.
-struct Side {
-    sock: TcpStream,
-    id: u64,
-    /// Whether this side writes the client-to-server stream.
-    writes_to_server: bool,
-    written: u64,
-    read: u64,
-    write_hash: sha2::Sha256,
-    read_hash: sha2::Sha256,
-    eof: bool,
-    error: Option<String>,
-}
-
-impl Side {
-    fn new(sock: TcpStream, id: u64, writes_to_server: bool) -> Side {
-        use sha2::Digest;
-        sock.set_nonblocking(true).expect("nonblocking");
-        Side {
-            sock,
-            id,
-            writes_to_server,
-            written: 0,
-            read: 0,
-            write_hash: sha2::Sha256::new(),
-            read_hash: sha2::Sha256::new(),
-            eof: false,
-            error: None,
-        }
-    }
-
-    /// Write the stream up to `due` bytes (what the rate allows by now).
-    fn write_until(&mut self, due: u64) {
-        use sha2::Digest;
-        while self.error.is_none() && self.written < due {
-            let n = (due - self.written).min(16 * 1024) as usize;
-            let chunk: Vec<u8> = (0..n as u64)
-                .map(|k| stream_byte(self.id, self.writes_to_server, self.written + k))
-                .collect();
-            match self.sock.write(&chunk) {
-                Ok(0) => self.error = Some("write returned 0".into()),
-                Ok(w) => {
-                    self.write_hash.update(&chunk[..w]);
-                    self.written += w as u64;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) => self.error = Some(format!("write: {e}")),
-            }
-        }
-    }
-
-    /// Read what is there, checking every byte against the peer's stream.
-    fn read_available(&mut self) {
-        use sha2::Digest;
-        let mut buf = [0u8; 64 * 1024];
-        while self.error.is_none() && !self.eof {
-            match self.sock.read(&mut buf) {
-                Ok(0) => self.eof = true,
-                Ok(n) => {
-                    for (k, b) in buf[..n].iter().enumerate() {
-                        let want =
-                            stream_byte(self.id, !self.writes_to_server, self.read + k as u64);
-                        if *b != want {
-                            self.error = Some(format!(
-                                "byte {} differs: got {b:#04x}, want {want:#04x}",
-                                self.read + k as u64
-                            ));
-                            return;
-                        }
-                    }
-                    self.read_hash.update(&buf[..n]);
-                    self.read += n as u64;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) => self.error = Some(format!("read: {e}")),
-            }
-        }
-    }
-}
+/// How the pump drives the long-lived flows.
+const PACE: Pace = Pace {
+    rate: LONG_RATE,
+    burst: LONG_BURST,
+    tick: LONG_TICK,
+    limit: LOOP_LIMIT,
+    drain_limit: PROGRESS_LIMIT,
+};
 
 /// The test's shared view of the long-lived flows' progress.
 #[derive(Default)]
@@ -385,13 +212,13 @@ struct LongProgress {
 }
 
 fn long_flows_config(dir: &std::path::Path, port: u16, server: SocketAddr) -> String {
-    format!(
-        "global\n    nbthread 2\n    pidfile {d}/shunt.pid\n    stats socket {d}/admin.sock level admin expose-fd listeners\n\n\
-         defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 120s\n    timeout server 120s\n\n\
-         frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\n\
-         backend be\n    server s1 {server}\n",
-        d = dir.display()
-    )
+    [
+        reload_global(dir, true, ""),
+        tcp_defaults("120s"),
+        frontend("fe", port, "", "be"),
+        backend("be", server),
+    ]
+    .concat()
 }
 
 #[test]
@@ -402,11 +229,7 @@ fn long_kernel_flows_survive_ten_reloads_byte_exact() {
     }
     // The hand-over needs the maps pinned: the BPF filesystem at /sys/fs/bpf
     // (`cargo xtask setup` mounts it when it is missing).
-    let bpffs = std::fs::read_to_string("/proc/mounts")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf") && l.contains(" bpf "));
-    if !bpffs {
+    if !bpffs_mounted() {
         assert!(
             std::env::var_os("SHUNT_REQUIRE_BPF").is_none(),
             "the BPF filesystem is not mounted at /sys/fs/bpf (cargo xtask setup mounts it)"
@@ -445,16 +268,7 @@ fn long_kernel_flows_survive_ten_reloads_byte_exact() {
     let progress = Arc::new(LongProgress::default());
     let (st, pr) = (stop.clone(), progress.clone());
     let pump = std::thread::spawn(move || {
-        let t0 = Instant::now();
-        while !st.load(Ordering::Relaxed) && t0.elapsed() < LOOP_LIMIT {
-            let due = (t0.elapsed().as_secs_f64() * LONG_RATE as f64) as u64;
-            for s in sides.iter_mut() {
-                // At most a burst per side per round: a pump that fell behind
-                // (a loaded machine) goes on at the rate it can keep, instead
-                // of each round writing more than the last one could.
-                s.write_until(due.min(s.written + LONG_BURST));
-                s.read_available();
-            }
+        pump_sides(sides, PACE, &st, |sides| {
             if let Some(slow) = sides.iter().min_by_key(|s| s.read) {
                 pr.slowest.store(
                     slow.id as usize * 2 + usize::from(!slow.writes_to_server),
@@ -468,22 +282,7 @@ fn long_kernel_flows_survive_ten_reloads_byte_exact() {
                 sides.iter().filter(|s| s.error.is_some() || s.eof).count(),
                 Ordering::Relaxed,
             );
-            std::thread::sleep(LONG_TICK);
-        }
-        // Finish: every side closes its write side, then reads to EOF.
-        for s in sides.iter_mut() {
-            if let Err(e) = s.sock.shutdown(Shutdown::Write) {
-                s.error.get_or_insert(format!("shutdown: {e}"));
-            }
-        }
-        let t1 = Instant::now();
-        while sides.iter().any(|s| !s.eof && s.error.is_none()) && t1.elapsed() < PROGRESS_LIMIT {
-            for s in sides.iter_mut() {
-                s.read_available();
-            }
-            std::thread::sleep(LONG_TICK);
-        }
-        sides
+        })
     });
 
     let wait_progress = |what: &str| {

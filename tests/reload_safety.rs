@@ -22,19 +22,18 @@
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use shunt_tests::reload::*;
 use shunt_tests::*;
 
 /// Reloads per connection-loop run.
 const RELOADS: usize = 3;
-/// Bytes each connection of the loop sends and reads back.
-const MSG_LEN: usize = 4096;
 /// Client threads running the connection loop.
 const CLIENTS: usize = 2;
 /// Upper bound on any load loop, whatever happens.
@@ -53,17 +52,18 @@ const LONG_RATE: usize = 512 * 1024;
 const LONG_MIN: usize = 3 * 1024 * 1024;
 /// Period of the long-lived flow's event loop.
 const LONG_TICK: Duration = Duration::from_millis(10);
+/// Most bytes one side writes in one round of the pump (a quarter second's worth).
+const LONG_BURST: u64 = LONG_RATE as u64 / 4;
+/// How the pump drives the long-lived flow.
+const PACE: Pace = Pace {
+    rate: LONG_RATE,
+    burst: LONG_BURST,
+    tick: LONG_TICK,
+    limit: LOOP_LIMIT,
+    drain_limit: PROGRESS_LIMIT,
+};
 
 // ------------------------------------------------------------------ helpers
-
-#[derive(Default)]
-struct Tally {
-    ok: AtomicUsize,
-    refused: AtomicUsize,
-    reset: AtomicUsize,
-    corrupted: AtomicUsize,
-    other: AtomicUsize,
-}
 
 /// Sets the flag when dropped: client threads stop even when the test panics.
 struct StopOnDrop(Arc<AtomicBool>);
@@ -71,59 +71,6 @@ struct StopOnDrop(Arc<AtomicBool>);
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Relaxed);
-    }
-}
-
-/// One connection: send MSG_LEN bytes, read them back, close cleanly. Wrong
-/// bytes are `InvalidData`.
-fn one_exchange(addr: SocketAddr, seed: u64) -> std::io::Result<()> {
-    let at = |step: &'static str| {
-        move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{step}: {e}"))
-    };
-    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(at("connect"))?;
-    c.set_read_timeout(Some(Duration::from_secs(10)))?;
-    c.set_write_timeout(Some(Duration::from_secs(10)))?;
-    let msg = pattern(MSG_LEN, seed);
-    c.write_all(&msg).map_err(at("send"))?;
-    let mut back = vec![0u8; MSG_LEN];
-    c.read_exact(&mut back).map_err(at("echo"))?;
-    if back != msg {
-        return Err(std::io::Error::new(ErrorKind::InvalidData, "echo differs"));
-    }
-    c.shutdown(Shutdown::Write).map_err(at("shutdown"))?;
-    let mut rest = Vec::new();
-    c.read_to_end(&mut rest).map_err(at("eof"))?;
-    if !rest.is_empty() {
-        return Err(std::io::Error::new(
-            ErrorKind::InvalidData,
-            "bytes after the echo",
-        ));
-    }
-    Ok(())
-}
-
-fn client_loop(addr: SocketAddr, id: u64, stop: Arc<AtomicBool>, tally: Arc<Tally>) {
-    let t0 = Instant::now();
-    let mut seed = id << 32;
-    while !stop.load(Ordering::Relaxed) && t0.elapsed() < LOOP_LIMIT {
-        seed += 1;
-        match one_exchange(addr, seed) {
-            Ok(()) => {
-                tally.ok.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                let slot = match e.kind() {
-                    ErrorKind::ConnectionRefused => &tally.refused,
-                    ErrorKind::ConnectionReset | ErrorKind::BrokenPipe => &tally.reset,
-                    ErrorKind::InvalidData => &tally.corrupted,
-                    _ => &tally.other,
-                };
-                slot.fetch_add(1, Ordering::Relaxed);
-                eprintln!("connection {seed:#x} failed: {e}");
-            }
-        }
-        // Steady, not a flood: the machine has few cores shared with others.
-        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
@@ -135,24 +82,6 @@ fn wait_loop_progress(tally: &Tally, n: usize, what: &str) {
         PROGRESS_LIMIT,
         || tally.ok.load(Ordering::Relaxed) >= from + n,
     );
-}
-
-/// The log without its ANSI colour sequences.
-fn plain(log: &str) -> String {
-    let mut out = String::with_capacity(log.len());
-    let mut chars = log.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// One stats-socket command, without panicking when nobody answers.
@@ -177,14 +106,6 @@ fn info_pid(sock: &Path) -> Result<i32, String> {
         .find_map(|l| l.strip_prefix("Pid: "))
         .and_then(|p| p.trim().parse().ok())
         .ok_or_else(|| format!("no Pid in the answer to 'show info': {text:?}"))
-}
-
-fn pid_in(path: &Path) -> i32 {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .trim()
-        .parse()
-        .unwrap_or(0)
 }
 
 /// Whether `shunt` still runs (not exited, not a zombie, and kill(pid, 0) works).
@@ -288,11 +209,7 @@ fn kernel_mode() -> &'static str {
     if !bpf_wanted() {
         return "splice";
     }
-    let bpffs = std::fs::read_to_string("/proc/mounts")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf") && l.contains(" bpf "));
-    if !bpffs {
+    if !bpffs_mounted() {
         assert!(
             std::env::var("SHUNT_REQUIRE_BPF").as_deref() != Ok("1"),
             "the BPF filesystem is not mounted at /sys/fs/bpf (cargo xtask setup mounts it)"
@@ -495,14 +412,14 @@ fn reload_loop(extra: Extra, mode: &str) {
         ),
         (Extra::Syslog, None) => unreachable!("the sinks exist for the syslog case"),
     };
-    let cfg = format!(
-        "global\n    nbthread 2\n    pidfile {d}/shunt.pid\n    stats socket {d}/admin.sock level admin expose-fd listeners\n{global_extra}\n\
-         {sections}\
-         defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n\n\
-         frontend fe\n    bind 127.0.0.1:{port}\n{fe_extra}    default_backend be\n\n\
-         backend be\n    server s1 {}\n",
-        server.addr
-    );
+    let cfg = [
+        reload_global(shared.path(), true, &global_extra),
+        sections,
+        tcp_defaults("30s"),
+        frontend("fe", port, &fe_extra, "be"),
+        backend("be", server.addr),
+    ]
+    .concat();
     let what = format!("{extra:?}, {mode} mode");
 
     let mut old = Shunt::start(&cfg, &["--forward-mode", mode]);
@@ -527,12 +444,7 @@ fn reload_loop(extra: Extra, mode: &str) {
     let stop = Arc::new(AtomicBool::new(false));
     let _stop_guard = StopOnDrop(stop.clone());
     let tally = Arc::new(Tally::default());
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|i| {
-            let (st, ta) = (stop.clone(), tally.clone());
-            std::thread::spawn(move || client_loop(addr, i as u64 + 1, st, ta))
-        })
-        .collect();
+    let clients = spawn_clients(addr, CLIENTS, &stop, &tally, LOOP_LIMIT);
     wait_loop_progress(&tally, 5, &format!("{what}, before the reloads"));
     check_extra(old.pid(), "before the reloads");
 
@@ -576,14 +488,7 @@ fn reload_loop(extra: Extra, mode: &str) {
     for c in clients {
         c.join().expect("client thread");
     }
-    let get = |a: &AtomicUsize| a.load(Ordering::Relaxed);
-    let (ok, refused, reset, corrupted, other) = (
-        get(&tally.ok),
-        get(&tally.refused),
-        get(&tally.reset),
-        get(&tally.corrupted),
-        get(&tally.other),
-    );
+    let (ok, refused, reset, corrupted, other) = tally.counts();
     eprintln!(
         "{what}: {RELOADS} reloads, {ok} connections ok, {refused} refused, {reset} reset, \
          {corrupted} corrupted, {other} other failures"
@@ -602,99 +507,6 @@ fn reload_loop(extra: Extra, mode: &str) {
 }
 
 // ------------------------------------------ failed reloads and a long-lived flow
-
-/// Byte `i` of the stream one side of the long-lived flow writes.
-fn stream_byte(to_server: bool, i: u64) -> u8 {
-    let x = i
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        .wrapping_add(u64::from(to_server));
-    (x >> 29) as u8 ^ (i as u8)
-}
-
-/// One side of the long-lived flow: writes its stream, checks the peer's.
-struct Side {
-    sock: TcpStream,
-    /// Whether this side writes the client-to-server stream.
-    writes_to_server: bool,
-    written: u64,
-    read: u64,
-    write_hash: sha2::Sha256,
-    read_hash: sha2::Sha256,
-    eof: bool,
-    error: Option<String>,
-}
-
-impl Side {
-    fn new(sock: TcpStream, writes_to_server: bool) -> Side {
-        use sha2::Digest;
-        sock.set_nonblocking(true).expect("nonblocking");
-        Side {
-            sock,
-            writes_to_server,
-            written: 0,
-            read: 0,
-            write_hash: sha2::Sha256::new(),
-            read_hash: sha2::Sha256::new(),
-            eof: false,
-            error: None,
-        }
-    }
-
-    fn name(&self) -> &'static str {
-        if self.writes_to_server {
-            "client"
-        } else {
-            "server"
-        }
-    }
-
-    /// Write the stream up to `due` bytes (what the rate allows by now).
-    fn write_until(&mut self, due: u64) {
-        use sha2::Digest;
-        while self.error.is_none() && self.written < due {
-            let n = (due - self.written).min(16 * 1024) as usize;
-            let chunk: Vec<u8> = (0..n as u64)
-                .map(|k| stream_byte(self.writes_to_server, self.written + k))
-                .collect();
-            match self.sock.write(&chunk) {
-                Ok(0) => self.error = Some("write returned 0".into()),
-                Ok(w) => {
-                    self.write_hash.update(&chunk[..w]);
-                    self.written += w as u64;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) => self.error = Some(format!("write: {e}")),
-            }
-        }
-    }
-
-    /// Read what is there, checking every byte against the peer's stream.
-    fn read_available(&mut self) {
-        use sha2::Digest;
-        let mut buf = [0u8; 64 * 1024];
-        while self.error.is_none() && !self.eof {
-            match self.sock.read(&mut buf) {
-                Ok(0) => self.eof = true,
-                Ok(n) => {
-                    for (k, b) in buf[..n].iter().enumerate() {
-                        let want = stream_byte(!self.writes_to_server, self.read + k as u64);
-                        if *b != want {
-                            self.error = Some(format!(
-                                "byte {} differs: got {b:#04x}, want {want:#04x}",
-                                self.read + k as u64
-                            ));
-                            return;
-                        }
-                    }
-                    self.read_hash.update(&buf[..n]);
-                    self.read += n as u64;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) => self.error = Some(format!("read: {e}")),
-            }
-        }
-    }
-}
 
 /// The test's view of the long-lived flow's progress.
 #[derive(Default)]
@@ -743,18 +555,12 @@ impl LongFlow {
         s.read_exact(&mut hello).expect("read the greeting");
         assert_eq!(&hello, b"long-flow");
         let client_addr = c.local_addr().expect("client addr");
-        let mut sides = vec![Side::new(c, true), Side::new(s, false)];
+        let sides = vec![Side::new(c, 0, true), Side::new(s, 0, false)];
         let stop = Arc::new(AtomicBool::new(false));
         let progress = Arc::new(LongProgress::default());
         let (st, pr) = (stop.clone(), progress.clone());
         let pump = std::thread::spawn(move || {
-            let t0 = Instant::now();
-            while !st.load(Ordering::Relaxed) && t0.elapsed() < LOOP_LIMIT {
-                let due = (t0.elapsed().as_secs_f64() * LONG_RATE as f64) as u64;
-                for s in sides.iter_mut() {
-                    s.write_until(due);
-                    s.read_available();
-                }
+            pump_sides(sides, PACE, &st, |sides| {
                 let min = |f: fn(&Side) -> u64| sides.iter().map(f).min().unwrap_or(0) as usize;
                 pr.min_read.store(min(|s| s.read), Ordering::Relaxed);
                 pr.min_written.store(min(|s| s.written), Ordering::Relaxed);
@@ -765,23 +571,7 @@ impl LongFlow {
                         .expect("lock")
                         .get_or_insert(format!("{} side: {e}", s.name()));
                 }
-                std::thread::sleep(LONG_TICK);
-            }
-            // Finish: each side closes its write side, then reads to EOF.
-            for s in sides.iter_mut() {
-                if let Err(e) = s.sock.shutdown(Shutdown::Write) {
-                    s.error.get_or_insert(format!("shutdown: {e}"));
-                }
-            }
-            let t1 = Instant::now();
-            while sides.iter().any(|s| !s.eof && s.error.is_none()) && t1.elapsed() < PROGRESS_LIMIT
-            {
-                for s in sides.iter_mut() {
-                    s.read_available();
-                }
-                std::thread::sleep(LONG_TICK);
-            }
-            sides
+            })
         });
         LongFlow {
             client_addr,
@@ -894,15 +684,16 @@ fn failed_config(
     let prom = prom.map_or(String::new(), |p| {
         format!("    stats prometheus bind 127.0.0.1:{p}\n")
     });
-    format!(
-        "global\n    nbthread 2\n    pidfile {d}/shunt.pid\n    stats socket {d}/admin.sock level admin expose-fd listeners\n{prom}\n\
-         defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 120s\n    timeout server 120s\n\n\
-         frontend fe_long\n    bind 127.0.0.1:{fe_long}\n    default_backend be_long\n\n\
-         frontend fe_echo\n    bind 127.0.0.1:{fe_echo}\n    default_backend be_echo\n\n\
-         backend be_long\n    server s1 {long}\n\n\
-         backend be_echo\n    server s1 {echo}\n",
-        d = dir.display()
-    )
+    [
+        reload_global(dir, true, &prom),
+        tcp_defaults("120s"),
+        frontend("fe_long", fe_long, "", "be_long"),
+        frontend("fe_echo", fe_echo, "", "be_echo"),
+        backend("be_long", long),
+        "\n".to_string(),
+        backend("be_echo", echo),
+    ]
+    .concat()
 }
 
 #[test]
