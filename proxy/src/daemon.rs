@@ -1,8 +1,7 @@
 //! The running process: listeners, worker threads, signals, pidfile, stop.
 //!
-//! Owns the shared [`State`] (immutable config, backend runtime state,
-//! counters, connection gauges, the maxconn [`Limits`] in force) and the life
-//! cycle:
+//! Builds the [`Runtime`] every worker shares (`crate::runtime`) and drives
+//! the life cycle:
 //! `Running` → (`SIGUSR1`) `SoftStop` → (last flow ends or `hard-stop-after`)
 //! exit; `SIGTERM`/`SIGINT` → `HardStop`: listeners close and every flow is
 //! closed at once. All listening sockets are bound before any thread starts,
@@ -27,18 +26,20 @@
 //! userspace end: the handed-over ones are no longer its own.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 use crate::config::{Config, ForwardMode};
-use crate::lb::BackendRt;
+use crate::runtime::{ConnGuard, Facts, Phase, Runtime};
 use crate::scheduler::{self, Class, SchedConfig};
-use crate::stats::{Event, Stats};
+use crate::stats::Event;
 
+/// How long start-up waits for every worker thread to be up.
+const WORKERS_START: Duration = Duration::from_secs(5);
 /// How often a paused accept loop (maxconn reached) re-checks, in case a wake was missed.
 const ACCEPT_PAUSE_RECHECK: Duration = Duration::from_millis(100);
 
@@ -72,120 +73,6 @@ pub enum DaemonError {
     Log(#[from] crate::log::LogError),
     #[error(transparent)]
     Metrics(#[from] crate::metrics::MetricsError),
-}
-
-/// Process phase, broadcast to every worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Running,
-    /// Stop accepting; exit when the last flow ends (bounded by hard-stop-after).
-    SoftStop,
-    /// Close everything now.
-    HardStop,
-}
-
-/// What every worker shares.
-pub struct State {
-    pub config: Arc<Config>,
-    pub forward_mode: ForwardMode,
-    /// BPF status for `show info` and logs: "loaded" or why not.
-    pub bpf_status: String,
-    /// Flows forwarded per mode, for `show info` (sockmap, splice, copy).
-    pub flows_by_mode: [std::sync::atomic::AtomicU64; 3],
-    pub backends: Vec<Arc<BackendRt>>,
-    /// Runtime maps (routing by `map_ip`, edited by the CLI).
-    pub maps: crate::maps::Maps,
-    pub stats: Arc<Stats>,
-    pub nbthread: usize,
-    /// Current flows in the process (global maxconn).
-    pub conns: AtomicUsize,
-    /// Accept loops not yet ended. A soft stop waits for them before it looks
-    /// at `conns`: a client accepted as the stop began is counted by then.
-    pub accepting: AtomicUsize,
-    /// The global and frontend maxconn in force (the CLI may change them).
-    pub limits: Limits,
-    /// Signalled whenever a flow ends, to resume paused accept loops.
-    pub conn_released: Notify,
-    pub phase: watch::Receiver<Phase>,
-    /// Accepting held: every accept loop (frontends, stats sockets) waits,
-    /// its socket open, while this is true. Set from the start until the
-    /// process serves (a successor must not accept before its predecessor
-    /// handed over), and while this process hands itself over (undone if
-    /// the successor does not commit).
-    pub hold: watch::Sender<bool>,
-    /// One handle per running worker (filled as workers start), through which the
-    /// CLI reaches each worker's flow registry (`stats::flows`).
-    pub remotes: std::sync::Mutex<Vec<scheduler::Remote>>,
-}
-
-impl State {
-    /// Hold (true) or release (false) every accept loop.
-    pub fn hold_accepting(&self, hold: bool) {
-        self.hold.send_replace(hold);
-    }
-
-    /// Resolves once accepting is not held (at once when it is not).
-    pub async fn serving(&self) {
-        let mut rx = self.hold.subscribe();
-        // The sender lives in `self`: the wait ends only by the condition.
-        let _ = rx.wait_for(|held| !*held).await;
-    }
-
-    /// The workers' handles, sorted by worker index.
-    pub fn remotes(&self) -> Vec<scheduler::Remote> {
-        let mut v = self
-            .remotes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        v.sort_by_key(scheduler::Remote::thread_id);
-        v
-    }
-}
-
-/// The connection limits the accept loops enforce: the configured `maxconn`s at
-/// start, changed at run time by `set maxconn global|frontend`. A change applies
-/// to the next accept; flows already accepted are not disturbed.
-#[derive(Debug)]
-pub struct Limits {
-    global: AtomicUsize,
-    /// Per frontend, in config order; 0 = bounded by the global limit only.
-    frontends: Vec<AtomicUsize>,
-}
-
-impl Limits {
-    pub fn new(config: &Config) -> Self {
-        Self {
-            global: AtomicUsize::new(config.global.maxconn),
-            frontends: config
-                .frontends
-                .iter()
-                .map(|f| AtomicUsize::new(f.maxconn))
-                .collect(),
-        }
-    }
-
-    /// The process-wide limit in force.
-    pub fn global(&self) -> usize {
-        self.global.load(Ordering::Relaxed)
-    }
-
-    pub fn set_global(&self, n: usize) {
-        self.global.store(n, Ordering::Relaxed);
-    }
-
-    /// Frontend `fi`'s limit in force (0 = global only; unknown index = 0).
-    pub fn frontend(&self, fi: usize) -> usize {
-        self.frontends
-            .get(fi)
-            .map_or(0, |m| m.load(Ordering::Relaxed))
-    }
-
-    pub fn set_frontend(&self, fi: usize, n: usize) {
-        if let Some(m) = self.frontends.get(fi) {
-            m.store(n, Ordering::Relaxed);
-        }
-    }
 }
 
 /// Options from the command line that override the configuration.
@@ -473,25 +360,15 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         dups.extend(cli_sockets.dups());
         crate::reload::export(dups);
     }
-    crate::metrics::mark_started();
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
-    let state = Arc::new(State {
-        backends: config.backends.iter().map(BackendRt::new).collect(),
-        maps: crate::maps::Maps::new(&config),
-        stats: Stats::new(&config, nbthread),
-        config: config.clone(),
-        forward_mode,
-        bpf_status,
-        flows_by_mode: Default::default(),
-        nbthread,
-        conns: AtomicUsize::new(0),
-        accepting: AtomicUsize::new(listeners.iter().map(Vec::len).sum()),
-        limits: Limits::new(&config),
-        conn_released: Notify::new(),
-        phase: phase_rx,
-        hold: watch::channel(true).0,
-        remotes: std::sync::Mutex::new(Vec::with_capacity(nbthread)),
-    });
+    // Accepting held until the take-over (stage 3) is done.
+    let state = Arc::new(Runtime::new(
+        config.clone(),
+        Facts::new(forward_mode, bpf_status, nbthread),
+        phase_rx,
+        listeners.iter().map(Vec::len).sum(),
+        true,
+    ));
     // Before any worker starts: the first checks and flows see the restored state.
     crate::checks::state_file::load(&state);
     crate::pool::init(&state);
@@ -537,6 +414,10 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         threads.push(h);
     }
 
+    if !state.workers.wait_for(nbthread, WORKERS_START) {
+        tracing::warn!(nbthread, "not every worker started in time");
+    }
+
     // 3. Take over.
     if let (Some(conn), Some(path)) = (takeover_conn, &opts.xfer_socket) {
         let id = crate::handoff::sockmap::kernel().and_then(|b| b.sockhash_id());
@@ -558,7 +439,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     }
     drop(handoffs);
     pidfile.write_pid();
-    state.hold_accepting(false);
+    state.admission.hold_accepting(false);
     tracing::info!(nbthread, mode = ?forward_mode, "shunt started");
     signal_old_processes(&opts);
     let ready = if opts.reloading() {
@@ -649,7 +530,7 @@ impl Signals {
 fn wait_for_signals(
     signals: Signals,
     phase: &watch::Sender<Phase>,
-    state: &State,
+    state: &Runtime,
     hard_stop_after: Option<Duration>,
 ) {
     let Signals {
@@ -678,7 +559,7 @@ fn wait_for_signals(
         }
         notify_stopping();
         tracing::warn!(
-            flows = state.conns.load(Ordering::Relaxed),
+            flows = state.admission.conns(),
             "soft-stop (SIGUSR1): listeners closed, waiting for flows to end"
         );
         let _ = phase.send(Phase::SoftStop);
@@ -690,8 +571,8 @@ fn wait_for_signals(
             // Every accept loop has counted its last client (Acquire pairs with
             // the loop's Release on exit); a hand-over in progress holds the
             // descriptors it sends.
-            if state.accepting.load(Ordering::Acquire) == 0
-                && state.conns.load(Ordering::Relaxed) == 0
+            if state.admission.all_loops_ended()
+                && state.admission.conns() == 0
                 && !crate::reload::handing_over()
             {
                 break;
@@ -713,17 +594,13 @@ fn wait_for_signals(
 
 /// One worker: an accept task per listener, then wait for the stop.
 async fn worker_main(
-    state: Arc<State>,
+    state: Arc<Runtime>,
     listeners: crate::listeners::ThreadListeners,
     cli: Vec<crate::cli::Listener>,
     adopted: tokio::sync::oneshot::Receiver<Vec<crate::reload::AdoptedFlow>>,
 ) {
-    let mut phase = state.phase.clone();
-    state
-        .remotes
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .push(scheduler::remote());
+    let mut phase = state.lifecycle.subscribe();
+    state.workers.register(scheduler::remote());
     let mut tasks = crate::cli::serve(state.clone(), cli);
     // The predecessor's kernel flows for this worker, once the take-over
     // committed (the sender is dropped when there are none).
@@ -746,7 +623,7 @@ async fn worker_main(
     tasks.extend(crate::checks::spawn_for_worker(
         &state,
         scheduler::thread_id(),
-        state.nbthread,
+        state.facts.nbthread(),
     ));
     // Warm server spares: this worker's refills (and, on worker 0, the purges).
     tasks.extend(crate::pool::spawn_for_worker(
@@ -764,7 +641,7 @@ async fn worker_main(
                 ));
             }
             Err(e) => {
-                state.accepting.fetch_sub(1, Ordering::Release);
+                state.admission.loop_ended();
                 tracing::error!(error = %e, "cannot register listener");
             }
         }
@@ -776,62 +653,39 @@ async fn worker_main(
     }
 }
 
-/// Whether a new flow fits under the global and frontend maxconn in force.
-fn has_room(state: &State, fe_idx: usize) -> bool {
-    let fe_max = state.limits.frontend(fe_idx);
-    state.conns.load(Ordering::Relaxed) < state.limits.global()
-        && (fe_max == 0 || state.stats.frontends[fe_idx].scur() < fe_max)
-}
-
-/// Releases the global connection gauge when the flow ends.
-pub(crate) struct ConnGuard(Arc<State>);
-
-impl ConnGuard {
-    /// Count one more flow in the process until the guard drops.
-    pub(crate) fn new(state: Arc<State>) -> Self {
-        state.conns.fetch_add(1, Ordering::Relaxed);
-        ConnGuard(state)
-    }
-}
-
-impl Drop for ConnGuard {
-    fn drop(&mut self) {
-        self.0.conns.fetch_sub(1, Ordering::Relaxed);
-        self.0.conn_released.notify_waiters();
-    }
-}
-
 /// Wait until a new flow fits (true), or the process stops running (false).
-async fn wait_for_room(state: &State, fe_idx: usize, phase: &mut watch::Receiver<Phase>) -> bool {
+async fn wait_for_room(state: &Runtime, fe_idx: usize, phase: &mut watch::Receiver<Phase>) -> bool {
     loop {
         if *phase.borrow() != Phase::Running {
             return false;
         }
-        if has_room(state, fe_idx) {
+        if state
+            .admission
+            .has_room(fe_idx, state.stats.frontends[fe_idx].scur())
+        {
             return true;
         }
-        let released = state.conn_released.notified();
         tokio::select! {
-            _ = released => {}
+            _ = state.admission.released() => {}
             _ = tokio::time::sleep(ACCEPT_PAUSE_RECHECK) => {}
             _ = phase.changed() => {}
         }
     }
 }
 
-/// Ends one accept loop in `State::accepting`, also when its task is aborted.
-struct AcceptingGuard(Arc<State>);
+/// Ends one accept loop in the admission counts, also when its task is aborted.
+struct AcceptingGuard(Arc<Runtime>);
 
 impl Drop for AcceptingGuard {
     fn drop(&mut self) {
-        self.0.accepting.fetch_sub(1, Ordering::Release);
+        self.0.admission.loop_ended();
     }
 }
 
-async fn accept_loop(state: Arc<State>, fe_idx: usize, listener: TcpListener) {
+async fn accept_loop(state: Arc<Runtime>, fe_idx: usize, listener: TcpListener) {
     let _accepting = AcceptingGuard(state.clone());
-    let mut phase = state.phase.clone();
-    let mut hold = state.hold.subscribe();
+    let mut phase = state.lifecycle.subscribe();
+    let mut hold = state.admission.hold_watch();
     loop {
         // Held (before this process serves, or while it hands itself over):
         // the socket stays open and clients wait in its queue.
@@ -870,10 +724,9 @@ async fn accept_loop(state: Arc<State>, fe_idx: usize, listener: TcpListener) {
                 {
                     break;
                 }
-                state.conns.fetch_add(1, Ordering::Relaxed);
-                let guard = ConnGuard(state.clone());
+                let guard = ConnGuard::new(state.clone());
                 let st = state.clone();
-                let mut ph = state.phase.clone();
+                let mut ph = state.lifecycle.subscribe();
                 // Owned by the future: aborting the task unregisters the flow.
                 let reg = crate::stats::flows::Registered::new(
                     fe_idx,

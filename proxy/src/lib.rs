@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod notify;
 pub mod pool;
 pub mod reload;
+pub mod runtime;
 pub mod scheduler;
 pub mod session;
 pub mod sni;

@@ -506,7 +506,7 @@ fn decode_record(rec: &[u8]) -> Result<Record, String> {
 ///    timed out): take the flows back from the same snapshots, release the
 ///    accept hold, and go on as if nothing had been asked.
 pub async fn serve_getflows(
-    state: &std::sync::Arc<crate::daemon::State>,
+    state: &std::sync::Arc<crate::runtime::Runtime>,
     conn: BorrowedFd<'_>,
     arg: Option<&str>,
     commit: bool,
@@ -522,7 +522,7 @@ pub async fn serve_getflows(
     HANDING_OVER.store(true, Ordering::SeqCst);
     // No new flow starts here while the successor decides (the accept loops
     // wait, their sockets open); ours to release if it does not commit.
-    state.hold_accepting(true);
+    state.admission.hold_accepting(true);
     let shared = ours.is_some() && ours == theirs;
     let flows = if shared {
         crate::handoff::sockmap::collect_handover(QUIESCE_LIMIT).await
@@ -562,7 +562,7 @@ pub async fn serve_getflows(
             "the new process did not commit its take-over: this process goes on serving, with its kernel flows"
         );
         take_back(state, flows);
-        state.hold_accepting(false);
+        state.admission.hold_accepting(false);
     }
     HANDING_OVER.store(false, Ordering::SeqCst);
     if committed {
@@ -575,7 +575,7 @@ pub async fn serve_getflows(
 /// Continue here the collected flows of a hand-over that did not happen, in
 /// a new hand-over generation (a later request reaches them again).
 fn take_back(
-    state: &std::sync::Arc<crate::daemon::State>,
+    state: &std::sync::Arc<crate::runtime::Runtime>,
     flows: Vec<crate::handoff::sockmap::Handed>,
 ) {
     crate::handoff::sockmap::reopen_handover();
@@ -595,7 +595,7 @@ fn take_back(
 /// protocol did. Kept so that an upgrade from such a version to this one,
 /// and back, never drops a kernel flow.
 async fn serve_getflows_v1(
-    state: &std::sync::Arc<crate::daemon::State>,
+    state: &std::sync::Arc<crate::runtime::Runtime>,
     stream: &mut UnixStream,
     ours: Option<u32>,
     theirs: Option<u32>,
@@ -657,7 +657,7 @@ async fn await_commit(stream: &UnixStream) -> bool {
 }
 
 fn send_flows(
-    state: &crate::daemon::State,
+    state: &crate::runtime::Runtime,
     stream: &mut UnixStream,
     flows: &[crate::handoff::sockmap::Handed],
 ) -> std::io::Result<()> {
@@ -940,7 +940,7 @@ impl Drop for Gauges<'_> {
 /// sess` and `shutdown session`, counted in the global and proxy gauges and
 /// in its frontend, backend and server counters, logged when it ends (its
 /// log line's timers start at the adoption). It holds no server slot.
-pub fn spawn_adopted(state: &std::sync::Arc<crate::daemon::State>, flow: AdoptedFlow) {
+pub fn spawn_adopted(state: &std::sync::Arc<crate::runtime::Runtime>, flow: AdoptedFlow) {
     use crate::scheduler::{self, Class};
     use crate::stats::flows;
     let route = route_of(&state.config, &flow);
@@ -968,22 +968,22 @@ pub fn spawn_adopted(state: &std::sync::Arc<crate::daemon::State>, flow: Adopted
         f.fd_server = fd_server;
         f.mode = Some("sockmap");
     });
-    let guard = crate::daemon::ConnGuard::new(state.clone());
+    let guard = crate::runtime::ConnGuard::new(state.clone());
     let st = state.clone();
-    let mut phase = state.phase.clone();
+    let mut phase = state.lifecycle.subscribe();
     let task = scheduler::spawn(Class::Normal, scheduler::FLOW_TASK, async move {
         let _guard = guard;
         let _reg = reg;
         tokio::select! {
             () = run_adopted(st, client, server, peer, snap, (to_server, to_client), route) => {}
-            _ = phase.wait_for(|p| *p == crate::daemon::Phase::HardStop) => {}
+            _ = phase.wait_for(|p| *p == crate::runtime::Phase::HardStop) => {}
         }
     });
     flows::set_task(id, task);
 }
 
 async fn run_adopted(
-    state: std::sync::Arc<crate::daemon::State>,
+    state: std::sync::Arc<crate::runtime::Runtime>,
     client: std::net::TcpStream,
     server: std::net::TcpStream,
     peer: SocketAddr,
@@ -1042,8 +1042,10 @@ async fn run_adopted(
         }
         return;
     }
-    state.flows_by_mode[0].fetch_add(1, Ordering::Relaxed);
-    crate::metrics::flow_done(0, out.to_server + out.to_client);
+    state
+        .stats
+        .modes
+        .done(crate::handoff::Mode::Sockmap, out.to_server + out.to_client);
     if let Some(l) = log.as_mut() {
         l.forwarded(
             out.to_server,

@@ -13,11 +13,11 @@ use std::time::Duration;
 use tokio::net::{TcpSocket, TcpStream};
 
 use crate::config::{Backend, ForwardMode, Frontend, UseBackend};
-use crate::daemon::State;
 use crate::handoff::{self, End, FlowTimeouts, Meter, Mode};
 use crate::lb::AcquireError;
 use crate::log::format::{Cause, Phase as LogPhase};
 use crate::log::FlowGuard;
+use crate::runtime::Runtime;
 use crate::stats::{flows, Counters, Event};
 
 /// Upper bound on HAProxy's turn-around delay between two connection attempts.
@@ -77,7 +77,7 @@ impl Meter for FlowMeter<'_> {
 /// No rule → `default_backend`. The map lookup is one lock-free load and a hash probe
 /// per prefix length in use, or per label for `map_dom` (`maps/table.rs`).
 async fn route(
-    state: &State,
+    state: &Runtime,
     fe: &Frontend,
     peer: SocketAddr,
     client: &TcpStream,
@@ -153,8 +153,8 @@ async fn peek_sni(client: &TcpStream, delay: Option<Duration>) -> Option<String>
 /// options: `auto` hands flows to the kernel when the BPF program loaded,
 /// except where `option splice-*` on the frontend or backend asks for splice.
 /// A forced `sockmap` was checked at start-up (BPF loaded).
-fn choose_mode(state: &State, fe: &Frontend, be: &Backend) -> Mode {
-    match state.forward_mode {
+fn choose_mode(state: &Runtime, fe: &Frontend, be: &Backend) -> Mode {
+    match state.facts.forward_mode() {
         ForwardMode::Copy => Mode::Copy,
         ForwardMode::Splice => Mode::Splice,
         ForwardMode::Sockmap => Mode::Sockmap,
@@ -240,18 +240,15 @@ async fn connect_server(
 /// Fresh connects restarted because the server's address changed under them.
 const MAX_ADDR_CHANGE_RETRIES: usize = 3;
 
-/// Name of a forwarding mode as `show sess` prints it (`fwd=`).
-pub fn mode_name(m: Mode) -> &'static str {
-    match m {
-        Mode::Sockmap => "sockmap",
-        Mode::Splice => "splice",
-        Mode::Copy => "copy",
-    }
-}
-
 /// Run one client flow accepted on frontend `fe_idx`; `flow` is its id in this
 /// worker's registry (`stats::flows`), kept up to date as the flow progresses.
-pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: SocketAddr, flow: u64) {
+pub async fn run(
+    state: Arc<Runtime>,
+    fe_idx: usize,
+    client: TcpStream,
+    peer: SocketAddr,
+    flow: u64,
+) {
     let fe = &state.config.frontends[fe_idx];
     let fe_ctr = &state.stats.frontends[fe_idx];
     // The traffic log line, emitted when this drops: declared first so that it
@@ -378,7 +375,7 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
         f.srv = Some(srv_idx);
         f.server = server_addr;
         f.fd_server = fd_server;
-        f.mode = Some(mode_name(mode));
+        f.mode = Some(mode.name());
     });
     let out = handoff::forward(
         client,
@@ -394,17 +391,14 @@ pub async fn run(state: Arc<State>, fe_idx: usize, client: TcpStream, peer: Sock
         log.discard();
         return;
     }
-    let mode_idx = match out.mode {
-        Mode::Sockmap => 0,
-        Mode::Splice => 1,
-        Mode::Copy => 2,
-    };
-    state.flows_by_mode[mode_idx].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    crate::metrics::flow_done(mode_idx, out.to_server + out.to_client);
+    state
+        .stats
+        .modes
+        .done(out.mode, out.to_server + out.to_client);
     log.forwarded(
         out.to_server,
         out.to_client,
-        mode_name(out.mode),
+        out.mode.name(),
         crate::log::cause_of(&out.end),
     );
     match &out.end {

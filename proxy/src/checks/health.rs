@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{probe, Outcome, Target};
-use crate::daemon::State;
 use crate::lb::ServerRt;
+use crate::runtime::Runtime;
 
 /// What one result does to the health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +114,7 @@ pub fn set_state(t: &Target, up: bool, out: &Outcome, duration: Duration) {
 /// may shut.
 #[derive(Clone, Copy)]
 pub struct Site<'a> {
-    pub state: &'a State,
+    pub state: &'a Runtime,
     pub bi: usize,
     pub si: usize,
 }
@@ -254,12 +254,12 @@ const RAMP_STEP_MIN: Duration = Duration::from_millis(100);
 /// Close the flows of servers `sis` of backend `bi`, on every worker: each worker
 /// aborts the flows' tasks, which closes both sockets of userspace flows and
 /// deletes the sockmap entries of kernel-forwarded ones before closing them.
-pub fn shut_flows(state: &State, bi: usize, sis: Vec<usize>) {
+pub fn shut_flows(state: &Runtime, bi: usize, sis: Vec<usize>) {
     if sis.is_empty() {
         return;
     }
     let sis: Arc<[usize]> = sis.into();
-    for remote in state.remotes() {
+    for remote in state.workers.remotes() {
         let sis = Arc::clone(&sis);
         remote.run(Box::new(move || {
             crate::stats::flows::abort_where(|v| {

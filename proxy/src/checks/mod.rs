@@ -38,8 +38,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{Config, TcpCheckRule};
-use crate::daemon::State;
 use crate::lb::{BackendRt, ServerRt};
+use crate::runtime::Runtime;
 use crate::scheduler::{self, Class, TaskHandle};
 
 /// HAProxy's default `inter`.
@@ -153,7 +153,7 @@ impl Outcome {
 
 /// Where and how one server is checked, resolved from the configuration.
 pub struct Target {
-    pub state: Arc<State>,
+    pub state: Arc<Runtime>,
     pub bi: usize,
     pub si: usize,
     pub backend: Arc<BackendRt>,
@@ -181,7 +181,7 @@ pub struct AgentTarget {
 }
 
 impl Target {
-    fn new(state: &Arc<State>, bi: usize, si: usize) -> Self {
+    fn new(state: &Arc<Runtime>, bi: usize, si: usize) -> Self {
         let cfg: &Config = &state.config;
         let be = &cfg.backends[bi];
         let srv = &be.servers[si];
@@ -254,7 +254,11 @@ pub fn px_type(cfg: &Config, bi: usize) -> &'static str {
 /// Spawn, on the calling worker, the check tasks of the servers this worker owns
 /// (the `k`-th checked server of the process goes to worker `k % nbthread`). The
 /// first checks are spread over one interval, as HAProxy spreads them.
-pub fn spawn_for_worker(state: &Arc<State>, thread_id: usize, nbthread: usize) -> Vec<TaskHandle> {
+pub fn spawn_for_worker(
+    state: &Arc<Runtime>,
+    thread_id: usize,
+    nbthread: usize,
+) -> Vec<TaskHandle> {
     let nbthread = nbthread.max(1);
     let mut all = Vec::new();
     for (bi, be) in state.config.backends.iter().enumerate() {

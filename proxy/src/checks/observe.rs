@@ -18,7 +18,7 @@ use std::time::Duration;
 use super::health::{self, Site};
 use super::{Outcome, Status};
 use crate::config::OnError;
-use crate::daemon::State;
+use crate::runtime::Runtime;
 
 /// HAProxy's default `error-limit`.
 pub const DEFAULT_ERROR_LIMIT: u32 = 10;
@@ -27,7 +27,7 @@ pub const DEFAULT_ERROR_LIMIT: u32 = 10;
 pub const L4_ERROR: &str = "L4 unsuccessful connection";
 
 /// One connection result of server `si` of backend `bi` on live traffic.
-pub fn report(state: &State, bi: usize, si: usize, ok: bool) {
+pub fn report(state: &Runtime, bi: usize, si: usize, ok: bool) {
     let cfg = &state.config.backends[bi].servers[si].check;
     if !cfg.observe_layer4 {
         return;

@@ -30,8 +30,8 @@ use std::path::Path;
 
 use super::health::{mark, Cause, Change, Site};
 use crate::cli::command::AdminState;
-use crate::daemon::State;
 use crate::lb::MAX_WEIGHT;
+use crate::runtime::Runtime;
 
 /// The one format version HAProxy 2.6 writes and reads.
 pub const VERSION: u32 = 1;
@@ -235,7 +235,7 @@ pub fn validate(p: &[String]) -> Result<Saved, String> {
 
 /// Read the configured file and apply it to the backends that load it. Problems
 /// are logged as HAProxy words them; none stops the start.
-pub fn load(state: &State) {
+pub fn load(state: &Runtime) {
     let ss = &state.config.global.server_state;
     let Some(path) = ss.path() else {
         return;
@@ -268,7 +268,7 @@ fn read(path: &Path) -> Result<String, FileError> {
 
 /// Apply `lines` to the servers of the backends that load the file; returns how
 /// many servers had a line applied.
-pub fn apply(state: &State, lines: &Lines) -> usize {
+pub fn apply(state: &Runtime, lines: &Lines) -> usize {
     let cfg = &state.config;
     let mut applied = 0;
     for (bi, be) in cfg.backends.iter().enumerate() {
@@ -296,7 +296,7 @@ pub fn apply(state: &State, lines: &Lines) -> usize {
 }
 
 /// Apply one validated line to server `si` of backend `bi`.
-fn apply_one(state: &State, bi: usize, si: usize, v: &Saved) {
+fn apply_one(state: &Runtime, bi: usize, si: usize, v: &Saved) {
     let site = Site { state, bi, si };
     let rt = site.server();
     let cfg_srv = &state.config.backends[bi].servers[si];

@@ -211,7 +211,7 @@ pub async fn dispatch_workers(ctx: &Ctx, cmd: Command) -> Output {
             let Some(tid) = flows::thread_of(id) else {
                 return Output::err(NO_SUCH_SESSION);
             };
-            let remotes = ctx.state.remotes();
+            let remotes = ctx.state.workers.remotes();
             let Some(remote) = remotes.iter().find(|r| r.thread_id() == tid) else {
                 return Output::err(NO_SUCH_SESSION);
             };
@@ -223,7 +223,7 @@ pub async fn dispatch_workers(ctx: &Ctx, cmd: Command) -> Output {
         Command::ShutdownSessionsServer(target) => match find_server(ctx, &target) {
             Err(msg) => Output::err(msg),
             Ok((bi, si)) => {
-                for remote in ctx.state.remotes() {
+                for remote in ctx.state.workers.remotes() {
                     sessions::abort_where(&remote, move |v| v.be == Some(bi) && v.srv == Some(si))
                         .await;
                 }
@@ -257,7 +257,7 @@ pub async fn dispatch_workers(ctx: &Ctx, cmd: Command) -> Output {
 /// stopped is left out).
 async fn gather_thread_stats(ctx: &Ctx) -> Vec<crate::scheduler::ThreadStats> {
     let mut out = Vec::new();
-    for remote in ctx.state.remotes() {
+    for remote in ctx.state.workers.remotes() {
         if let Some(s) = remote.stats().await {
             out.push(s);
         }
@@ -493,9 +493,7 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
             };
             match value {
                 Ok(n) => {
-                    ctx.state.limits.set_frontend(fi, n);
-                    // Wake accept loops paused at the old limit.
-                    ctx.state.conn_released.notify_waiters();
+                    ctx.state.admission.set_frontend_limit(fi, n);
                     Output::empty()
                 }
                 Err(e) => Output::err(format!("{e}\n")),
@@ -512,8 +510,7 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
                 Ok(n) if n > 0 => n,
                 _ => hard,
             };
-            ctx.state.limits.set_global(n);
-            ctx.state.conn_released.notify_waiters();
+            ctx.state.admission.set_global_limit(n);
             Output::empty()
         }
         Command::PrepareMap(map) => match ctx.state.maps.find(&map) {
@@ -904,7 +901,7 @@ fn set_admin(ctx: &Ctx, bi: usize, si: usize, st: AdminState) {
 }
 
 /// [`set_admin`] for callers without a CLI context (the server-state file).
-pub fn set_admin_at(state: &crate::daemon::State, bi: usize, si: usize, st: AdminState) {
+pub fn set_admin_at(state: &crate::runtime::Runtime, bi: usize, si: usize, st: AdminState) {
     let be = &state.backends[bi];
     let srv = &be.servers[si];
     let was_running = srv.is_up() && !srv.is_maint();

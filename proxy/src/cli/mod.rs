@@ -47,14 +47,14 @@ pub mod typed;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixListener;
 use tokio::sync::Semaphore;
 
 use crate::config::{CliLevel, Config, StatsSocket};
-use crate::daemon::State;
+use crate::runtime::Runtime;
 use crate::scheduler::{self, Class, TaskHandle};
 
 use frame::{Event, Input};
@@ -114,33 +114,28 @@ pub enum CliError {
     Chown { path: PathBuf, reason: String },
 }
 
-/// What every CLI connection reads: the shared daemon state plus process facts the
-/// state does not carry.
+/// What every CLI connection reads: the shared runtime plus the names `show
+/// info` prints.
 pub struct Ctx {
-    pub state: Arc<State>,
+    pub state: Arc<Runtime>,
     /// `Name` in `show info`.
     pub name: String,
     /// `node` in `show info` (the host name).
     pub node: String,
-    /// Wall-clock start, for `Start_time_sec`.
-    pub started: SystemTime,
-    /// Monotonic start, for `Uptime`.
-    pub started_mono: Instant,
 }
 
 impl Ctx {
-    pub fn new(state: Arc<State>) -> Self {
+    pub fn new(state: Arc<Runtime>) -> Self {
         Self {
             state,
             name: DEFAULT_NAME.to_string(),
             node: hostname(),
-            started: SystemTime::now(),
-            started_mono: Instant::now(),
         }
     }
 
+    /// The process's uptime (`runtime::Facts`, the exporter's too).
     pub fn uptime_secs(&self) -> u64 {
-        self.started_mono.elapsed().as_secs()
+        self.state.facts.uptime_secs()
     }
 }
 
@@ -398,7 +393,7 @@ fn chown(path: &Path, user: Option<&str>, group: Option<&str>) -> Result<(), Cli
 
 /// Serve the given listeners on the calling worker: one `Bulk` task per socket, one per
 /// client connection. Returns the listener tasks (abort them to stop accepting).
-pub fn serve(state: Arc<State>, listeners: Vec<Listener>) -> Vec<TaskHandle> {
+pub fn serve(state: Arc<Runtime>, listeners: Vec<Listener>) -> Vec<TaskHandle> {
     if listeners.is_empty() {
         return Vec::new();
     }
@@ -430,8 +425,8 @@ pub fn serve(state: Arc<State>, listeners: Vec<Listener>) -> Vec<TaskHandle> {
 async fn accept_loop(ctx: Arc<Ctx>, listener: UnixListener, level: CliLevel, expose_fd: bool) {
     let maxconn = ctx.state.config.global.stats_maxconn.max(1);
     let slots = Arc::new(Semaphore::new(maxconn));
-    ctx.state.serving().await;
-    let mut phase = ctx.state.phase.clone();
+    ctx.state.admission.serving().await;
+    let mut phase = ctx.state.lifecycle.subscribe();
     loop {
         // Take a slot first: with `stats maxconn` clients connected, stop accepting.
         let Ok(permit) = slots.clone().acquire_owned().await else {
@@ -439,7 +434,7 @@ async fn accept_loop(ctx: Arc<Ctx>, listener: UnixListener, level: CliLevel, exp
         };
         let accepted = tokio::select! {
             r = listener.accept() => r,
-            _ = phase.wait_for(|p| *p != crate::daemon::Phase::Running && crate::reload::handed_over()) => {
+            _ = phase.wait_for(|p| *p != crate::runtime::Phase::Running && crate::reload::handed_over()) => {
                 tracing::debug!("stats socket closed: the successor serves it");
                 return;
             }

@@ -11,7 +11,6 @@ use std::fmt::{Display, Write as _};
 use std::time::UNIX_EPOCH;
 
 use crate::config::{Backend, Balance, CliLevel, Frontend};
-use crate::daemon::Phase;
 
 use crate::maps::{Maps, Table};
 
@@ -404,15 +403,15 @@ pub fn show_stat(ctx: &Ctx, filter: StatFilter) -> String {
 
 /// Frontend `slim`: its maxconn in force, else the global one in force.
 fn frontend_slim(ctx: &Ctx, fi: usize) -> usize {
-    match ctx.state.limits.frontend(fi) {
-        0 => ctx.state.limits.global(),
+    match ctx.state.admission.limits().frontend(fi) {
+        0 => ctx.state.admission.limits().global(),
         n => n,
     }
 }
 
 fn frontend_row(ctx: &Ctx, fi: usize, fe: &Frontend) -> Row {
     let s = ctx.state.stats.frontends[fi].snapshot();
-    let stopping = *ctx.state.phase.borrow() != Phase::Running;
+    let stopping = ctx.state.lifecycle.stopping();
     let mut r = Row::new();
     r.zeros(FE_ZERO.iter().copied());
     r.zeros(PX_MODULE_ZERO);
@@ -694,20 +693,21 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
     let st = &ctx.state;
     let cfg = &st.config;
     let uptime = ctx.uptime_secs();
-    let start = ctx
-        .started
+    let start = st
+        .facts
+        .started()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let conns = st.conns.load(std::sync::atomic::Ordering::Relaxed);
+    let conns = st.admission.conns();
     let fe: Vec<_> = st.stats.frontends.iter().map(|c| c.snapshot()).collect();
     let cum_conns: u64 = fe.iter().map(|s| s.stot).sum();
     let bytes_out: u64 = fe.iter().map(|s| s.bout).sum();
     let listeners =
         cfg.frontends.iter().map(|f| f.binds.len()).sum::<usize>() + cfg.global.stats_sockets.len();
-    let stopping = *st.phase.borrow() != Phase::Running;
+    let stopping = st.lifecycle.stopping();
     let nofile = nofile_limit();
     // Live tasks, queued entries and idle share, as each worker last published them.
-    let load = crate::scheduler::load(&st.remotes());
+    let load = crate::scheduler::load(&st.workers.remotes());
     let version = env!("CARGO_PKG_VERSION");
     let fields: Vec<(u32, &str, &str, &str, String)> = vec![
         (
@@ -724,7 +724,7 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
         ),
         (1, "Version", "POS", "str", version.to_string()),
         (2, "Release_date", "POS", "str", RELEASE_DATE.to_string()),
-        (3, "Nbthread", "CGS", "u32", st.nbthread.to_string()),
+        (3, "Nbthread", "CGS", "u32", st.facts.nbthread().to_string()),
         (4, "Nbproc", "CGS", "u32", "1".into()),
         (5, "Process_num", "KGP", "u32", "1".into()),
         (6, "Pid", "SGP", "u32", std::process::id().to_string()),
@@ -736,7 +736,13 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
         (12, "PoolFailed", "MCP", "u32", "0".into()),
         (13, "Ulimit-n", "CLP", "u32", nofile.to_string()),
         (14, "Maxsock", "CLP", "u32", nofile.to_string()),
-        (15, "Maxconn", "CLP", "u32", st.limits.global().to_string()),
+        (
+            15,
+            "Maxconn",
+            "CLP",
+            "u32",
+            st.admission.limits().global().to_string(),
+        ),
         (
             16,
             "Hard_maxconn",
@@ -843,25 +849,23 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
         name: "Forward_mode",
         tags: "CGS",
         ty: "str",
-        value: st.forward_mode.as_str().to_string(),
+        value: st.facts.forward_mode().as_str().to_string(),
     });
     v.push(InfoField {
         pos: 73,
         name: "Bpf",
         tags: "CGS",
         ty: "str",
-        value: st.bpf_status.clone(),
+        value: st.facts.bpf().to_string(),
     });
     let names = ["SockmapFlows", "SpliceFlows", "CopyFlows"];
-    for (i, name) in names.into_iter().enumerate() {
+    for (i, (name, mode)) in names.into_iter().zip(crate::handoff::Mode::ALL).enumerate() {
         v.push(InfoField {
             pos: 74 + i as u32,
             name,
             tags: "CGS",
             ty: "u64",
-            value: st.flows_by_mode[i]
-                .load(std::sync::atomic::Ordering::Relaxed)
-                .to_string(),
+            value: st.stats.modes.flows(mode).to_string(),
         });
     }
     let k = crate::handoff::sockmap::info();
@@ -1216,7 +1220,7 @@ pub fn show_servers_state(
 /// unlimited; HAProxy's default -1 too for a server without a pool, as HAProxy
 /// prints it), `idle_per_thr` the spares of each thread.
 pub fn show_servers_conn(ctx: &Ctx, bis: &[usize]) -> String {
-    let nbthread = ctx.state.nbthread.max(1);
+    let nbthread = ctx.state.facts.nbthread().max(1);
     let mut out = format!(
         "# bkname/svname bkid/svid addr port - purge_delay used_cur used_max need_est unsafe_nb safe_nb idle_lim idle_cur idle_per_thr[{nbthread}]\n"
     );

@@ -77,7 +77,7 @@ impl Producer {
     /// `show sess`: every worker's flows.
     pub fn sessions(ctx: &Ctx) -> Self {
         Producer::Sessions(SessDump {
-            remotes: ctx.state.remotes(),
+            remotes: ctx.state.workers.remotes(),
             worker: 0,
             after: None,
             worker_done: false,

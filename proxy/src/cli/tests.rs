@@ -13,16 +13,15 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::UnixStream;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 use super::*;
 use crate::config::{
     Backend, Balance, CheckParams, Config, ForwardMode, Frontend, Global, Location, MapSource,
     Server, Timeouts,
 };
-use crate::daemon::Phase;
-use crate::lb::BackendRt;
-use crate::stats::{Event as StatEvent, Stats};
+use crate::runtime::Phase;
+use crate::stats::Event as StatEvent;
 
 /// Fixed test timeout for any socket wait.
 const WAIT: Duration = Duration::from_secs(5);
@@ -93,23 +92,13 @@ fn reference_config(fe_bind: SocketAddr, s_ports: [u16; 2]) -> Config {
 fn make_ctx(config: Config) -> (Ctx, watch::Sender<Phase>) {
     let (tx, rx) = watch::channel(Phase::Running);
     let config = Arc::new(config);
-    let state = Arc::new(State {
-        backends: config.backends.iter().map(BackendRt::new).collect(),
-        maps: crate::maps::Maps::new(&config),
-        stats: Stats::new(&config, 2),
-        config: config.clone(),
-        forward_mode: ForwardMode::Auto,
-        bpf_status: "not loaded (test)".to_string(),
-        flows_by_mode: Default::default(),
-        nbthread: 2,
-        conns: AtomicUsize::new(0),
-        accepting: AtomicUsize::new(0),
-        limits: crate::daemon::Limits::new(&config),
-        conn_released: Notify::new(),
-        phase: rx,
-        hold: watch::channel(false).0,
-        remotes: std::sync::Mutex::new(Vec::new()),
-    });
+    let state = Arc::new(crate::runtime::Runtime::new(
+        config,
+        crate::runtime::Facts::new(ForwardMode::Auto, "not loaded (test)".to_string(), 2),
+        rx,
+        0,
+        false,
+    ));
     (Ctx::new(state), tx)
 }
 
@@ -603,7 +592,7 @@ fn show_info_has_haproxy_keys_in_order_then_shunt_fields() {
     let (ctx, _tx) = ctx();
     ctx.state.stats.frontends[0].event(StatEvent::Session);
     ctx.state.stats.frontends[0].add_out(56);
-    ctx.state.conns.store(1, Ordering::Relaxed);
+    let _flow = crate::runtime::ConnGuard::new(ctx.state.clone());
     let out = converse(&ctx, op_session(), b"show info\n", true);
     assert!(out.ends_with("\n\n"));
     let kv = info_map(&out);
@@ -1803,7 +1792,7 @@ fn set_maxconn_changes_limits_and_their_stats() {
     // Frontend: slim follows; errors as proxy.c.
     assert_eq!(row("fe", "FRONTEND")[SLIM], "9985");
     assert_eq!(run("set maxconn frontend fe 50"), "\n");
-    assert_eq!(ctx.state.limits.frontend(0), 50);
+    assert_eq!(ctx.state.admission.limits().frontend(0), 50);
     assert_eq!(row("fe", "FRONTEND")[SLIM], "50");
     assert_eq!(
         run("set maxconn frontend"),
@@ -1819,7 +1808,7 @@ fn set_maxconn_changes_limits_and_their_stats() {
         "Integer value expected.\n\n"
     );
     assert_eq!(run("set maxconn frontend fe -2"), "Value out of range.\n\n");
-    assert_eq!(ctx.state.limits.frontend(0), 50);
+    assert_eq!(ctx.state.admission.limits().frontend(0), 50);
 
     // Global: never above the configured (hard) value; <= 0 restores it.
     let info = |k: &str| {
@@ -1830,12 +1819,12 @@ fn set_maxconn_changes_limits_and_their_stats() {
             .unwrap()
     };
     assert_eq!(run("set maxconn global 100"), "\n");
-    assert_eq!(ctx.state.limits.global(), 100);
+    assert_eq!(ctx.state.admission.limits().global(), 100);
     assert_eq!(info("Maxconn"), "100");
     assert_eq!(info("Hard_maxconn"), "9985");
     assert_eq!(run("set maxconn global 9986"), "Value out of range.\n\n");
     assert_eq!(run("set maxconn global"), "Expects an integer value.\n\n");
-    assert_eq!(ctx.state.limits.global(), 100);
+    assert_eq!(ctx.state.admission.limits().global(), 100);
     assert_eq!(run("set maxconn frontend fe 0"), "\n");
     assert_eq!(row("fe", "FRONTEND")[SLIM], "100");
     assert_eq!(run("set maxconn global 0"), "\n");

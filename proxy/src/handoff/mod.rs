@@ -49,6 +49,29 @@ pub enum Mode {
     Sockmap,
 }
 
+impl Mode {
+    /// Every mode, in the order `show info` and the exporter list them.
+    pub const ALL: [Mode; 3] = [Mode::Sockmap, Mode::Splice, Mode::Copy];
+
+    /// The mode's name in logs (`%fwd`), `show sess` and the exporter's labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Sockmap => "sockmap",
+            Mode::Splice => "splice",
+            Mode::Copy => "copy",
+        }
+    }
+
+    /// Position in [`Mode::ALL`].
+    pub fn index(self) -> usize {
+        match self {
+            Mode::Sockmap => 0,
+            Mode::Splice => 1,
+            Mode::Copy => 2,
+        }
+    }
+}
+
 /// Inactivity timeouts (HAProxy `timeout client|server|tunnel|client-fin|
 /// server-fin`, TCP mode). `None` = not set (infinite).
 #[derive(Clone, Copy, Debug, Default)]

@@ -29,7 +29,7 @@ use std::time::{Instant, SystemTime};
 use tokio::sync::mpsc;
 
 use crate::config::Config;
-use crate::daemon::State;
+use crate::runtime::Runtime;
 use format::{Cause, FlowLog, Names, Phase};
 
 /// Lines one worker may have waiting for the log thread; more are dropped.
@@ -148,7 +148,7 @@ pub struct FlowGuard {
 }
 
 struct Inner {
-    state: Arc<State>,
+    state: Arc<Runtime>,
     rec: FlowLog,
     start: Instant,
     /// When the flow started waiting for a server slot / connecting.
@@ -159,7 +159,12 @@ impl FlowGuard {
     /// A record for a flow accepted on `fe`; inert when that frontend logs nothing.
     /// With the default format, the "Connect from" line is emitted now (at the
     /// end with `option dontlognull`, and only if the client sent data).
-    pub fn new(state: &Arc<State>, fe: usize, peer: SocketAddr, local: Option<SocketAddr>) -> Self {
+    pub fn new(
+        state: &Arc<Runtime>,
+        fe: usize,
+        peer: SocketAddr,
+        local: Option<SocketAddr>,
+    ) -> Self {
         let Some(pl) = state.config.global.traffic_logs.get(fe) else {
             return Self { inner: None };
         };
@@ -285,10 +290,7 @@ impl Inner {
             rec.tt = ms(self.start.elapsed());
         }
         // This flow still holds the process gauge (released after the session).
-        rec.actconn = st
-            .conns
-            .load(std::sync::atomic::Ordering::Relaxed)
-            .saturating_sub(1);
+        rec.actconn = st.admission.conns().saturating_sub(1);
         rec.feconn = st.stats.frontends.get(fe).map_or(0, |c| c.scur());
         if let Some(be) = rec.be {
             rec.beconn = st.stats.backends.get(be).map_or(0, |c| c.scur());

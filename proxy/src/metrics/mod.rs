@@ -14,7 +14,7 @@
 //! [`REQUEST_TIMEOUT`] to send it, [`MAX_SCRAPERS`] scrapes at once.
 
 use std::net::TcpListener as StdListener;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -26,7 +26,7 @@ use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::daemon::State;
+use crate::runtime::Runtime;
 
 /// Largest request head read before answering (a scrape's is ~200 bytes).
 pub const MAX_REQUEST: usize = 8192;
@@ -37,31 +37,14 @@ pub const MAX_SCRAPERS: usize = 16;
 /// OpenMetrics content type, as `prometheus-client` encodes.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Bytes forwarded per mode (sockmap, splice, copy), counted when a flow ends.
-static MODE_BYTES: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
-/// When the process started (for `uptime_seconds` / `start_time_seconds`).
-static STARTED: std::sync::OnceLock<SystemTime> = std::sync::OnceLock::new();
-
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
     #[error("cannot start the metrics thread: {0}")]
     Thread(std::io::Error),
 }
 
-/// A flow forwarded in mode `mode_idx` (0 sockmap, 1 splice, 2 copy) moved `bytes`.
-pub fn flow_done(mode_idx: usize, bytes: u64) {
-    if let Some(c) = MODE_BYTES.get(mode_idx) {
-        c.fetch_add(bytes, Ordering::Relaxed);
-    }
-}
-
-/// Note the process start for the exporter's uptime (call once at start-up).
-pub fn mark_started() {
-    let _ = STARTED.set(SystemTime::now());
-}
-
 /// Serve scrapes on `l` from a thread of their own until the process exits.
-pub fn serve(l: StdListener, state: Arc<State>) -> Result<(), MetricsError> {
+pub fn serve(l: StdListener, state: Arc<Runtime>) -> Result<(), MetricsError> {
     std::thread::Builder::new()
         .name("shunt-metrics".to_string())
         .spawn(move || {
@@ -81,7 +64,7 @@ pub fn serve(l: StdListener, state: Arc<State>) -> Result<(), MetricsError> {
         .map_err(MetricsError::Thread)
 }
 
-async fn accept_loop(l: StdListener, state: Arc<State>) {
+async fn accept_loop(l: StdListener, state: Arc<Runtime>) {
     let l = match TcpListener::from_std(l) {
         Ok(l) => l,
         Err(e) => {
@@ -111,7 +94,7 @@ async fn accept_loop(l: StdListener, state: Arc<State>) {
 }
 
 /// Read one request head and answer it.
-async fn scrape(mut sock: TcpStream, state: &State) -> std::io::Result<()> {
+async fn scrape(mut sock: TcpStream, state: &Runtime) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     let read = async {
@@ -206,7 +189,7 @@ fn sv(proxy: &str, server: &str) -> Labels {
 }
 
 /// The whole exposition, from the counters as they are now.
-pub async fn render(state: &State) -> String {
+pub async fn render(state: &Runtime) -> String {
     let mut b = Builder {
         reg: Registry::default(),
     };
@@ -220,23 +203,21 @@ pub async fn render(state: &State) -> String {
     out
 }
 
-fn process_metrics(b: &mut Builder, st: &State) {
-    let started = STARTED.get().copied().unwrap_or_else(SystemTime::now);
+fn process_metrics(b: &mut Builder, st: &Runtime) {
+    let started = st.facts.started();
     let start = started
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let uptime = SystemTime::now()
-        .duration_since(started)
-        .map_or(0, |d| d.as_secs());
+    let uptime = st.facts.uptime_secs();
     let fe: Vec<_> = st.stats.frontends.iter().map(|c| c.snapshot()).collect();
     let cum_conns: u64 = fe.iter().map(|s| s.stot).sum();
     let bytes_out: u64 = fe.iter().map(|s| s.bout).sum();
-    let stopping = *st.phase.borrow() != crate::daemon::Phase::Running;
-    let conns = st.conns.load(Ordering::Relaxed);
+    let stopping = st.lifecycle.stopping();
+    let conns = st.admission.conns();
     b.gauge(
         "haproxy_process_nbthread",
         "Number of started threads.",
-        i(st.nbthread),
+        i(st.facts.nbthread()),
     );
     b.gauge(
         "haproxy_process_uptime_seconds",
@@ -251,7 +232,7 @@ fn process_metrics(b: &mut Builder, st: &State) {
     b.gauge(
         "haproxy_process_max_connections",
         "Maximum number of concurrent connections.",
-        i(st.limits.global()),
+        i(st.admission.limits().global()),
     );
     b.gauge(
         "haproxy_process_current_connections",
@@ -295,7 +276,7 @@ fn process_metrics(b: &mut Builder, st: &State) {
     );
 }
 
-fn proxy_metrics(b: &mut Builder, st: &State) {
+fn proxy_metrics(b: &mut Builder, st: &Runtime) {
     let cfg = &st.config;
     let fe: Vec<_> = cfg
         .frontends
@@ -303,8 +284,8 @@ fn proxy_metrics(b: &mut Builder, st: &State) {
         .zip(&st.stats.frontends)
         .enumerate()
         .map(|(fi, (f, c))| {
-            let slim = match st.limits.frontend(fi) {
-                0 => st.limits.global(),
+            let slim = match st.admission.limits().frontend(fi) {
+                0 => st.admission.limits().global(),
                 n => n,
             };
             (px(&f.name), c.snapshot(), slim)
@@ -420,25 +401,24 @@ fn proxy_metrics(b: &mut Builder, st: &State) {
     }
 }
 
-async fn shunt_metrics(b: &mut Builder, st: &State) {
-    let modes = ["sockmap", "splice", "copy"];
-    let mode_label = |m: &str| vec![("mode".to_string(), m.to_string())];
+async fn shunt_metrics(b: &mut Builder, st: &Runtime) {
+    use crate::handoff::Mode;
+    let mode_label = |m: Mode| vec![("mode".to_string(), m.name().to_string())];
+    let modes = &st.stats.modes;
     b.counters(
         "shunt_flows",
         "Flows forwarded, per forwarding mode (counted when the flow ends).",
-        modes
+        Mode::ALL
             .iter()
-            .zip(&st.flows_by_mode)
-            .map(|(m, c)| (mode_label(m), c.load(Ordering::Relaxed)))
+            .map(|&m| (mode_label(m), modes.flows(m)))
             .collect(),
     );
     b.counters(
         "shunt_bytes",
         "Bytes forwarded both ways, per forwarding mode (counted when the flow ends).",
-        modes
+        Mode::ALL
             .iter()
-            .zip(&MODE_BYTES)
-            .map(|(m, c)| (mode_label(m), c.load(Ordering::Relaxed)))
+            .map(|&m| (mode_label(m), modes.bytes(m)))
             .collect(),
     );
     let k = crate::handoff::sockmap::info();
@@ -466,7 +446,7 @@ async fn shunt_metrics(b: &mut Builder, st: &State) {
             for (v, n) in warm.iter_mut().zip([c.hit, c.miss, c.dead, c.purged]) {
                 v.push((sv(&be.name, &s.name), n));
             }
-            let spares: usize = srv.pool.idle_per_thr(st.nbthread).iter().sum();
+            let spares: usize = srv.pool.idle_per_thr(st.facts.nbthread()).iter().sum();
             idle.push((sv(&be.name, &s.name), i(spares)));
         }
     }
@@ -498,7 +478,7 @@ async fn shunt_metrics(b: &mut Builder, st: &State) {
     );
     let mut loop_us = Vec::new();
     let mut loops = Vec::new();
-    for r in st.remotes() {
+    for r in st.workers.remotes() {
         let label = vec![("thread".to_string(), r.thread_id().to_string())];
         let stats = tokio::time::timeout(Duration::from_secs(1), r.stats()).await;
         if let Ok(Some(s)) = stats {

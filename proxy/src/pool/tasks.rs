@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::daemon::{Phase, State};
+use crate::runtime::{Phase, Runtime};
 use crate::scheduler::{self, Class, TaskHandle};
 
 use super::FlushReason;
@@ -38,7 +38,7 @@ pub fn kick() {
 }
 
 /// `(backend, server)` indexes of the servers that keep spares.
-fn pooled(state: &State) -> Vec<(usize, usize)> {
+fn pooled(state: &Runtime) -> Vec<(usize, usize)> {
     state
         .backends
         .iter()
@@ -54,17 +54,17 @@ fn pooled(state: &State) -> Vec<(usize, usize)> {
 }
 
 /// Create every server's per-thread lists; call once before the workers start.
-pub fn init(state: &State) {
+pub fn init(state: &Runtime) {
     for be in &state.backends {
         for s in &be.servers {
             s.pool
-                .init(state.nbthread, state.config.global.idle_pool_shared);
+                .init(state.facts.nbthread(), state.config.global.idle_pool_shared);
         }
     }
 }
 
 /// The pool task of worker `tid`, when some server keeps spares.
-pub fn spawn_for_worker(state: &Arc<State>, tid: usize) -> Vec<TaskHandle> {
+pub fn spawn_for_worker(state: &Arc<Runtime>, tid: usize) -> Vec<TaskHandle> {
     let servers = pooled(state);
     if servers.is_empty() {
         return Vec::new();
@@ -78,8 +78,13 @@ pub fn spawn_for_worker(state: &Arc<State>, tid: usize) -> Vec<TaskHandle> {
     )]
 }
 
-async fn maintain(state: Arc<State>, tid: usize, servers: Vec<(usize, usize)>, notify: Rc<Notify>) {
-    let mut phase = state.phase.clone();
+async fn maintain(
+    state: Arc<Runtime>,
+    tid: usize,
+    servers: Vec<(usize, usize)>,
+    notify: Rc<Notify>,
+) {
+    let mut phase = state.lifecycle.subscribe();
     let tick = servers
         .iter()
         .map(|&(bi, si)| state.backends[bi].servers[si].pool.params().purge_delay)
@@ -113,7 +118,7 @@ async fn maintain(state: Arc<State>, tid: usize, servers: Vec<(usize, usize)>, n
 }
 
 /// Start the connects this thread's list of server `si` needs.
-fn refill(state: &Arc<State>, tid: usize, bi: usize, si: usize) {
+fn refill(state: &Arc<Runtime>, tid: usize, bi: usize, si: usize) {
     let rt = &state.backends[bi].servers[si];
     let n = rt.pool.plan_refill(tid, rt.usable(), rt.maxconn());
     for _ in 0..n {

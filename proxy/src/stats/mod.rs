@@ -193,6 +193,34 @@ pub struct Stats {
     pub backends: Vec<Counters>,
     /// `servers[backend][server]`.
     pub servers: Vec<Vec<Counters>>,
+    /// Flows and bytes per forwarding mode.
+    pub modes: ModeCounters,
+}
+
+/// Flows forwarded and their bytes (both ways), per forwarding mode, counted
+/// when a flow ends; read by `show info` and the exporter.
+#[derive(Debug, Default)]
+pub struct ModeCounters {
+    flows: [AtomicU64; 3],
+    bytes: [AtomicU64; 3],
+}
+
+impl ModeCounters {
+    /// A flow forwarded in `mode` ended, having moved `bytes`.
+    pub fn done(&self, mode: crate::handoff::Mode, bytes: u64) {
+        self.flows[mode.index()].fetch_add(1, Ordering::Relaxed);
+        self.bytes[mode.index()].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Flows forwarded in `mode` that ended.
+    pub fn flows(&self, mode: crate::handoff::Mode) -> u64 {
+        self.flows[mode.index()].load(Ordering::Relaxed)
+    }
+
+    /// Bytes those flows moved.
+    pub fn bytes(&self, mode: crate::handoff::Mode) -> u64 {
+        self.bytes[mode.index()].load(Ordering::Relaxed)
+    }
 }
 
 impl Stats {
@@ -213,6 +241,7 @@ impl Stats {
                 .iter()
                 .map(|b| b.servers.iter().map(|_| Counters::new(nbthread)).collect())
                 .collect(),
+            modes: ModeCounters::default(),
         })
     }
 }

@@ -1,0 +1,67 @@
+//! The running process's state as owned parts, built once by `daemon` and
+//! shared (`Arc<Runtime>`) by every worker, check, CLI connection and the
+//! exporter.
+//!
+//! Owns nothing itself but the composition: the immutable configuration,
+//! the process's [`Facts`], the backends' runtime state (`lb`), the runtime
+//! maps, the traffic counters (`stats`), [`Admission`] (flow counts, limits,
+//! the accept hold), the [`Lifecycle`] phase and the running [`Workers`].
+//! Each part keeps its fields private and changes only through its own
+//! methods, so holding the runtime does not mean being able to change
+//! anything. Layering: `runtime` sits above `{config, lb, stats, maps, log}`
+//! and below `{session, checks, pool, reload, cli, metrics}` and `daemon`;
+//! it must not import any of those.
+
+pub mod admission;
+pub mod facts;
+pub mod lifecycle;
+pub mod workers;
+
+use std::sync::Arc;
+
+pub use admission::{Admission, ConnGuard, Limits};
+pub use facts::Facts;
+pub use lifecycle::{Lifecycle, Phase};
+pub use workers::Workers;
+
+use crate::config::Config;
+use crate::lb::BackendRt;
+use crate::stats::Stats;
+
+/// What every worker shares.
+pub struct Runtime {
+    pub config: Arc<Config>,
+    pub facts: Facts,
+    pub backends: Vec<Arc<BackendRt>>,
+    /// Runtime maps (routing by `map_ip`, edited by the CLI).
+    pub maps: crate::maps::Maps,
+    pub stats: Arc<Stats>,
+    pub admission: Admission,
+    pub lifecycle: Lifecycle,
+    pub workers: Workers,
+}
+
+impl Runtime {
+    /// The runtime of a process starting with `config`: backends, maps and
+    /// counters built from it, `accept_loops` accept loops to come, accepting
+    /// held until [`Admission::hold_accepting`]`(false)` when `held`.
+    pub fn new(
+        config: Arc<Config>,
+        facts: Facts,
+        phase: tokio::sync::watch::Receiver<Phase>,
+        accept_loops: usize,
+        held: bool,
+    ) -> Self {
+        let nbthread = facts.nbthread();
+        Self {
+            backends: config.backends.iter().map(BackendRt::new).collect(),
+            maps: crate::maps::Maps::new(&config),
+            stats: Stats::new(&config, nbthread),
+            admission: Admission::new(Limits::new(&config), accept_loops, held),
+            lifecycle: Lifecycle::new(phase),
+            workers: Workers::new(nbthread),
+            facts,
+            config,
+        }
+    }
+}
