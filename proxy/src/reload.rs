@@ -991,8 +991,7 @@ async fn run_adopted(
     prior: (u64, u64),
     route: Option<crate::handoff::FlowRoute>,
 ) {
-    use crate::handoff::{End, FlowTimeouts};
-    use crate::stats::Event;
+    use crate::handoff::FlowTimeouts;
     let streams = client
         .set_nonblocking(true)
         .and_then(|()| server.set_nonblocking(true))
@@ -1036,44 +1035,6 @@ async fn run_adopted(
     };
     let meter = AdoptedMeter { ctrs, route };
     let out = crate::handoff::resume(client, server, snap, prior, timeouts, &meter).await;
-    if out.handed_over {
-        if let Some(l) = log.as_mut() {
-            l.discard();
-        }
-        return;
-    }
-    state
-        .stats
-        .modes
-        .done(crate::handoff::Mode::Sockmap, out.to_server + out.to_client);
-    if let Some(l) = log.as_mut() {
-        l.forwarded(
-            out.to_server,
-            out.to_client,
-            "sockmap",
-            crate::log::cause_of(&out.end),
-        );
-    }
-    if let Some([fe, be, srv]) = ctrs {
-        match &out.end {
-            End::Done => {}
-            End::ClientReset => {
-                for c in [fe, be, srv] {
-                    c.event(Event::ClientAbort);
-                }
-            }
-            End::ServerReset => {
-                for ev in [Event::ServerAbort, Event::RespError] {
-                    srv.event(ev);
-                }
-                be.event(Event::ServerAbort);
-            }
-            End::ClientTimeout | End::ServerTimeout => {
-                fe.event(Event::Timeout);
-                be.event(Event::Timeout);
-            }
-            End::Error(_) => be.event(Event::RespError),
-        }
-    }
+    crate::session::account_end(&state, &out, log.as_mut(), ctrs);
     tracing::debug!(%peer, to_server = out.to_server, to_client = out.to_client, end = ?out.end, "adopted flow closed");
 }

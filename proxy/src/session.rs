@@ -240,6 +240,57 @@ async fn connect_server(
 /// Fresh connects restarted because the server's address changed under them.
 const MAX_ADDR_CHANGE_RETRIES: usize = 3;
 
+/// How a flow ended, into the mode counters, its log line and the
+/// frontend, backend and server counters: the one mapping for flows accepted
+/// here and flows adopted in a reload. A flow handed to a successor is
+/// neither logged nor counted here (the successor does it when it ends).
+pub(crate) fn account_end(
+    state: &Runtime,
+    out: &handoff::Outcome,
+    log: Option<&mut crate::log::FlowGuard>,
+    ctrs: Option<[&crate::stats::Counters; 3]>,
+) {
+    if out.handed_over {
+        if let Some(l) = log {
+            l.discard();
+        }
+        return;
+    }
+    state
+        .stats
+        .modes
+        .done(out.mode, out.to_server + out.to_client);
+    if let Some(l) = log {
+        l.forwarded(
+            out.to_server,
+            out.to_client,
+            out.mode.name(),
+            crate::log::cause_of(&out.end),
+        );
+    }
+    let Some([fe, be, srv]) = ctrs else {
+        return;
+    };
+    match &out.end {
+        End::Done => {}
+        End::ClientReset => {
+            for c in [fe, be, srv] {
+                c.event(Event::ClientAbort);
+            }
+        }
+        End::ServerReset => {
+            be.event(Event::ServerAbort);
+            srv.event(Event::ServerAbort);
+            srv.event(Event::RespError);
+        }
+        End::ClientTimeout | End::ServerTimeout => {
+            fe.event(Event::Timeout);
+            be.event(Event::Timeout);
+        }
+        End::Error(_) => be.event(Event::RespError),
+    }
+}
+
 /// Run one client flow accepted on frontend `fe_idx`; `flow` is its id in this
 /// worker's registry (`stats::flows`), kept up to date as the flow progresses.
 pub async fn run(
@@ -386,42 +437,15 @@ pub async fn run(
         &meter,
     )
     .await;
-    if out.handed_over {
-        // A reload took the flow over: the successor counts and logs its end.
-        log.discard();
-        return;
+    if let End::Error(e) = &out.end {
+        tracing::debug!(error = %e, "flow ended with an error");
     }
-    state
-        .stats
-        .modes
-        .done(out.mode, out.to_server + out.to_client);
-    log.forwarded(
-        out.to_server,
-        out.to_client,
-        out.mode.name(),
-        crate::log::cause_of(&out.end),
+    account_end(
+        &state,
+        &out,
+        Some(&mut log),
+        Some([fe_ctr, be_ctr, srv_ctr]),
     );
-    match &out.end {
-        End::Done => {}
-        End::ClientReset => {
-            fe_ctr.event(Event::ClientAbort);
-            be_ctr.event(Event::ClientAbort);
-            srv_ctr.event(Event::ClientAbort);
-        }
-        End::ServerReset => {
-            be_ctr.event(Event::ServerAbort);
-            srv_ctr.event(Event::ServerAbort);
-            srv_ctr.event(Event::RespError);
-        }
-        End::ClientTimeout | End::ServerTimeout => {
-            fe_ctr.event(Event::Timeout);
-            be_ctr.event(Event::Timeout);
-        }
-        End::Error(e) => {
-            tracing::debug!(error = %e, "flow ended with an error");
-            be_ctr.event(Event::RespError);
-        }
-    }
     tracing::debug!(
         frontend = %fe.name, backend = %be.name, server = %slot.server().name, %peer,
         to_server = out.to_server, to_client = out.to_client, mode = ?out.mode, end = ?out.end,
