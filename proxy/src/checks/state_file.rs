@@ -29,7 +29,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 use super::health::{mark, Cause, Change, Site};
-use crate::cli::command::AdminState;
+use crate::lb::AdminState;
 use crate::lb::MAX_WEIGHT;
 use crate::runtime::Runtime;
 
@@ -353,7 +353,7 @@ fn apply_one(state: &Runtime, bi: usize, si: usize, v: &Saved) {
     // Admin state: the configuration's `disabled` wins when they disagree.
     let cmaint = cfg_srv.disabled;
     let file_cmaint = v.admin & ADMF_CMAINT != 0;
-    let set = |st| crate::cli::dispatch::set_admin_at(state, bi, si, st);
+    let set = |st| super::set_admin(state, bi, si, st);
     if file_cmaint != cmaint {
         set(if cmaint {
             AdminState::Maint

@@ -208,13 +208,8 @@ pub enum ForcedHealth {
     Down,
 }
 
-/// Administrative state set by `set server B/S state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AdminState {
-    Ready,
-    Drain,
-    Maint,
-}
+/// Administrative state set by `set server B/S state` (the server's own type).
+pub use crate::lb::AdminState;
 
 /// One parsed CLI command.
 #[derive(Debug, Clone, PartialEq, Eq)]

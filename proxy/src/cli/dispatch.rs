@@ -6,10 +6,10 @@
 //! nothing else in the CLI changes state. Answers are HAProxy's exact strings.
 //!
 //! Server commands (`set weight`, `set server`, `enable|disable server`) change the
-//! [`ServerRt`] and then call `BackendRt::rebalance`. What `ServerRt` does not keep yet —
-//! drain (a draining server runs with weight 0 and remembers its user weight) and the
-//! time of the last change — lives in a small registry of [`AdminNote`]s here, keyed by
-//! the server's allocation and pruned of dropped servers.
+//! [`ServerRt`], which keeps the drain weight and the time of the last change
+//! itself; admin state changes go through `checks::set_admin`, the one place that
+//! rebalances and applies `shutdown-sessions` for them (the server-state file uses
+//! it too).
 //!
 //! `set server B/S health|agent` force a state through `checks::health::mark` (the
 //! same path as the checks: log, rebalance, `on-marked-down shutdown-sessions`);
@@ -23,8 +23,6 @@
 
 use std::borrow::Cow;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Instant;
 
 use crate::config::{Balance, CliLevel};
 use crate::lb::{ServerRt, MAX_WEIGHT};
@@ -358,7 +356,7 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
         Command::GetWeight(target) => match find_server(ctx, &target) {
             Ok((bi, si)) => {
                 let srv = &ctx.state.backends[bi].servers[si];
-                let w = admin_note(srv).drain_weight.unwrap_or_else(|| srv.weight());
+                let w = srv.user_weight();
                 Output::Text(format!("{w} (initial {})\n", srv.initial_weight()))
             }
             Err(e) => Output::err(e),
@@ -432,7 +430,7 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
             Err(e) => Output::err(e),
         },
         Command::ShowServersState(be) => match backend_list(ctx, be.as_deref()) {
-            Some(list) => Output::Text(render::show_servers_state(ctx, &list, admin_note)),
+            Some(list) => Output::Text(render::show_servers_state(ctx, &list)),
             None => Output::err(CANT_FIND_BACKEND),
         },
         Command::ShowServersConn(be) => match backend_list(ctx, be.as_deref()) {
@@ -582,7 +580,7 @@ fn force_health(ctx: &Ctx, bi: usize, si: usize, h: ForcedHealth) {
     if !srv.is_maint() {
         mark(&site, change, &Cause::Reason(FROM_CLI));
     }
-    touch(srv);
+    srv.touch();
 }
 
 /// `set server B/S agent up|down`: as `health`, for the agent's own verdict.
@@ -605,7 +603,7 @@ fn force_agent(ctx: &Ctx, bi: usize, si: usize, word: Option<bool>) -> Output {
         let change = if up { Change::Up } else { Change::Down };
         mark(&site, change, &Cause::Reason(FROM_CLI));
     }
-    touch(srv);
+    srv.touch();
     Output::empty()
 }
 
@@ -880,13 +878,7 @@ fn set_weight(ctx: &Ctx, bi: usize, si: usize, word: &str) -> Output {
         Ok(w) => w,
         Err(e) => return Output::err(e),
     };
-    with_note(srv, |n| {
-        n.changed = Some(Instant::now());
-        match n.drain_weight.as_mut() {
-            Some(saved) => *saved = w,
-            None => srv.set_weight(w),
-        }
-    });
+    srv.set_user_weight(w);
     be.rebalance();
     Output::empty()
 }
@@ -897,95 +889,5 @@ fn set_weight(ctx: &Ctx, bi: usize, si: usize, word: &str) -> Output {
 /// Existing flows are kept, except that a running server entering maintenance is
 /// marked down, which applies its `on-marked-down shutdown-sessions` (as HAProxy).
 fn set_admin(ctx: &Ctx, bi: usize, si: usize, st: AdminState) {
-    set_admin_at(&ctx.state, bi, si, st);
-}
-
-/// [`set_admin`] for callers without a CLI context (the server-state file).
-pub fn set_admin_at(state: &crate::runtime::Runtime, bi: usize, si: usize, st: AdminState) {
-    let be = &state.backends[bi];
-    let srv = &be.servers[si];
-    let was_running = srv.is_up() && !srv.is_maint();
-    with_note(srv, |n| {
-        n.changed = Some(Instant::now());
-        match st {
-            AdminState::Drain => {
-                if n.drain_weight.is_none() {
-                    n.drain_weight = Some(srv.weight());
-                    srv.set_weight(0);
-                }
-                srv.set_maint(false);
-            }
-            AdminState::Ready | AdminState::Maint => {
-                if let Some(w) = n.drain_weight.take() {
-                    srv.set_weight(w);
-                }
-                srv.set_maint(st == AdminState::Maint);
-            }
-        }
-    });
-    be.rebalance();
-    let shut = state.config.backends[bi].servers[si]
-        .check
-        .on_marked_down_shutdown;
-    if st == AdminState::Maint && was_running && shut {
-        crate::checks::health::shut_flows(state, bi, vec![si]);
-    }
-}
-
-/// Record that `srv` changed now (for `srv_time_since_last_change`).
-fn touch(srv: &Arc<ServerRt>) {
-    with_note(srv, |n| n.changed = Some(Instant::now()));
-}
-
-/// Administrative facts about one server that [`ServerRt`] does not keep (yet):
-/// whether it is draining (and the user weight it will get back) and when the CLI
-/// last changed it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct AdminNote {
-    /// Some(user weight) while draining: the server runs with weight 0 meanwhile.
-    pub drain_weight: Option<u32>,
-    /// Last change made through the CLI.
-    pub changed: Option<Instant>,
-}
-
-struct NoteEntry {
-    srv: Weak<ServerRt>,
-    note: AdminNote,
-}
-
-/// Notes of servers the CLI changed. Keyed by the server's allocation and pruned of
-/// servers that no longer exist, so it never outgrows the live server count.
-static NOTES: Mutex<Vec<NoteEntry>> = Mutex::new(Vec::new());
-
-fn notes() -> MutexGuard<'static, Vec<NoteEntry>> {
-    // The notes stay consistent even if a holder panicked (plain field stores).
-    NOTES.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The CLI's notes about `srv` (default when it was never changed).
-pub fn admin_note(srv: &Arc<ServerRt>) -> AdminNote {
-    notes()
-        .iter()
-        .find(|e| Weak::as_ptr(&e.srv) == Arc::as_ptr(srv) && e.srv.strong_count() > 0)
-        .map(|e| e.note)
-        .unwrap_or_default()
-}
-
-fn with_note<R>(srv: &Arc<ServerRt>, f: impl FnOnce(&mut AdminNote) -> R) -> R {
-    let mut list = notes();
-    list.retain(|e| e.srv.strong_count() > 0);
-    let pos = match list
-        .iter()
-        .position(|e| Weak::as_ptr(&e.srv) == Arc::as_ptr(srv))
-    {
-        Some(p) => p,
-        None => {
-            list.push(NoteEntry {
-                srv: Arc::downgrade(srv),
-                note: AdminNote::default(),
-            });
-            list.len() - 1
-        }
-    };
-    f(&mut list[pos].note)
+    crate::checks::set_admin(&ctx.state, bi, si, st);
 }

@@ -439,7 +439,7 @@ fn frontend_row(ctx: &Ctx, fi: usize, fe: &Frontend) -> Row {
 /// HAProxy's server status word (`UP`, `DOWN 1/2`, `DRAIN`, `no check`, ...).
 fn server_status(ctx: &Ctx, bi: usize, si: usize) -> String {
     let rt = &ctx.state.backends[bi].servers[si];
-    let cli_drain = super::dispatch::admin_note(rt).drain_weight.is_some();
+    let cli_drain = rt.admin_note().drain_weight.is_some();
     crate::checks::status_word(rt, cli_drain)
 }
 
@@ -462,9 +462,7 @@ fn server_row(ctx: &Ctx, bi: usize, si: usize, uptime: u64) -> Row {
     r.set(col::STATUS, server_status(ctx, bi, si));
     // A draining server runs with weight 0 but reports its user weight, as HAProxy.
     // The `weight` column is the effective weight (ramping during `slowstart`).
-    let weight = super::dispatch::admin_note(rt)
-        .drain_weight
-        .unwrap_or_else(|| rt.eweight());
+    let weight = rt.admin_note().drain_weight.unwrap_or_else(|| rt.eweight());
     r.set(col::WEIGHT, weight);
     if cfg.check.observe_layer4 {
         r.set(col::HANAFAIL, rt.hanafail());
@@ -495,9 +493,7 @@ fn server_row(ctx: &Ctx, bi: usize, si: usize, uptime: u64) -> Row {
     r.set(col::USED_CONN_CUR, s.scur);
     r.set(col::NEED_CONN_EST, rt.pool.need());
     // `uweight`: the user weight (a draining server reports the one it keeps).
-    let uweight = super::dispatch::admin_note(rt)
-        .drain_weight
-        .unwrap_or_else(|| rt.weight());
+    let uweight = rt.admin_note().drain_weight.unwrap_or_else(|| rt.weight());
     r.set(col::UWEIGHT, uweight);
     r.warm(rt.pool.counters());
     r.set(col::SAFE_CONN_CUR, rt.pool.idle_cur());
@@ -1116,20 +1112,15 @@ const CHK_ST_CONFIGURED: u32 = 0x02;
 const CHK_ST_ENABLED: u32 = 0x04;
 const CHK_ST_PAUSED: u32 = 0x08;
 
-/// `show servers state` for the backends at `bis` (config indexes). `note` gives the
-/// administrative facts the dispatcher keeps beside each server.
-pub fn show_servers_state(
-    ctx: &Ctx,
-    bis: &[usize],
-    note: impl Fn(&std::sync::Arc<crate::lb::ServerRt>) -> super::dispatch::AdminNote,
-) -> String {
+/// `show servers state` for the backends at `bis` (config indexes).
+pub fn show_servers_state(ctx: &Ctx, bis: &[usize]) -> String {
     let mut out = String::from(SERVERS_STATE_HEADER);
     let uptime = ctx.uptime_secs();
     for &bi in bis {
         let be = &ctx.state.config.backends[bi];
         for (si, cfg) in be.servers.iter().enumerate() {
             let rt = &ctx.state.backends[bi].servers[si];
-            let n = note(rt);
+            let n = rt.admin_note();
             let maint = rt.is_maint();
             let running = !maint && rt.is_up();
             let mut admin = 0;

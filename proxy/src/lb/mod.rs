@@ -21,10 +21,12 @@ mod random;
 mod roundrobin;
 mod server;
 mod source;
+pub mod spares;
 mod static_rr;
+pub mod status;
 
 pub use backend::{AcquireError, BackendRt, Slot};
-pub use server::{ProbeTargets, ServerRt, MAX_WEIGHT};
+pub use server::{AdminChange, AdminNote, AdminState, ProbeTargets, ServerRt, MAX_WEIGHT};
 
 #[cfg(test)]
 mod tests;

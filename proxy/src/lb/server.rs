@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::checks::Status;
+use super::status::Status;
 
 /// What the last health check found and when the server last changed state, as
 /// the stats page shows them.
@@ -49,6 +49,35 @@ pub struct CheckReport {
 }
 
 use arc_swap::ArcSwap;
+
+/// Administrative state set by `set server B/S state`, `enable|disable
+/// server` and the server-state file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminState {
+    Ready,
+    Drain,
+    Maint,
+}
+
+/// A server's administrative facts beyond its flags: whether it drains (and
+/// the user weight it gets back when made ready) and when it last changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AdminNote {
+    /// Some(user weight) while draining: the server runs with weight 0 meanwhile.
+    pub drain_weight: Option<u32>,
+    /// Last administrative change.
+    pub changed: Option<Instant>,
+}
+
+/// What [`ServerRt::set_admin`] changed in the server's traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdminChange {
+    /// The server took traffic (up, not in maintenance) before the change.
+    pub was_running: bool,
+    /// It entered maintenance from a running state (HAProxy then marks it down,
+    /// which applies `on-marked-down shutdown-sessions`).
+    pub marked_down: bool,
+}
 
 /// Largest user weight HAProxy accepts (`weight` keyword and `set weight`).
 pub const MAX_WEIGHT: u32 = 256;
@@ -98,6 +127,9 @@ pub struct ServerRt {
     /// read it yet (`maxconn` becomes runtime-settable in another change).
     agent_maxconn: AtomicUsize,
     report: Mutex<CheckReport>,
+    /// Drain weight and last administrative change (`set server`, `set
+    /// weight`, the server-state file).
+    admin: Mutex<AdminNote>,
     // ---- live management (CLI, server-state file) ----
     /// `set server B/S health stopping`: up, but takes no new traffic (HAProxy's
     /// SRV_ST_STOPPING, shown as `NOLB`). Cleared by any UP/DOWN transition.
@@ -112,7 +144,7 @@ pub struct ServerRt {
     addr_gen: AtomicU64,
     // ---- warm spare connections (crate::pool) ----
     /// This server's per-thread lists of pre-connected spares and their sizing.
-    pub pool: crate::pool::ServerPool,
+    pub pool: super::spares::ServerPool,
     // ---- slowstart and observe layer4 (crate::checks) ----
     /// `slowstart` ramp in percent of the weight (100 = not ramping).
     ramp_pct: AtomicU32,
@@ -162,15 +194,16 @@ impl ServerRt {
             queue_max: AtomicUsize::new(0),
             checked: cfg.check.enabled,
             agent: cfg.check.agent_check,
-            rise: cfg.check.rise.unwrap_or(crate::checks::DEFAULT_RISE),
-            fall: cfg.check.fall.unwrap_or(crate::checks::DEFAULT_FALL),
+            rise: cfg.check.rise.unwrap_or(super::status::DEFAULT_RISE),
+            fall: cfg.check.fall.unwrap_or(super::status::DEFAULT_FALL),
             // Up, but down at the first failure (HAProxy's start-up health).
-            health: AtomicU32::new(cfg.check.rise.unwrap_or(crate::checks::DEFAULT_RISE)),
+            health: AtomicU32::new(cfg.check.rise.unwrap_or(super::status::DEFAULT_RISE)),
             agent_drain: AtomicBool::new(false),
             agent_down: AtomicBool::new(false),
             chkfail: AtomicU64::new(0),
             chkdown: AtomicU64::new(0),
             agent_maxconn: AtomicUsize::new(0),
+            admin: Mutex::new(AdminNote::default()),
             report: Mutex::new(CheckReport {
                 status: None,
                 code: None,
@@ -198,7 +231,7 @@ impl ServerRt {
                     .into(),
             }),
             addr_gen: AtomicU64::new(0),
-            pool: crate::pool::ServerPool::new(cfg.pool),
+            pool: super::spares::ServerPool::new(cfg.pool),
             ramp_pct: AtomicU32::new(100),
             ramp_gen: AtomicU64::new(0),
             observe_errors: AtomicU32::new(0),
@@ -303,6 +336,70 @@ impl ServerRt {
     /// Set the user weight; values above [`MAX_WEIGHT`] are clamped.
     pub fn set_weight(&self, w: u32) {
         self.weight.store(w.min(MAX_WEIGHT), Ordering::Relaxed);
+    }
+
+    fn admin_note_mut<R>(&self, f: impl FnOnce(&mut AdminNote) -> R) -> R {
+        let mut n = self.admin.lock().unwrap_or_else(PoisonError::into_inner);
+        f(&mut n)
+    }
+
+    /// Drain weight and last administrative change.
+    pub fn admin_note(&self) -> AdminNote {
+        *self.admin.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The user weight as the operator set it: the saved one while draining.
+    pub fn user_weight(&self) -> u32 {
+        self.admin_note()
+            .drain_weight
+            .unwrap_or_else(|| self.weight())
+    }
+
+    /// HAProxy's admin transitions: maintenance clears drain, drain clears
+    /// maintenance, ready clears both; a drain keeps the user weight to give
+    /// back. The caller rebalances and applies `shutdown-sessions` (the one
+    /// place is `checks::set_admin`).
+    pub fn set_admin(&self, st: AdminState) -> AdminChange {
+        let was_running = self.is_up() && !self.is_maint();
+        self.admin_note_mut(|n| {
+            n.changed = Some(Instant::now());
+            match st {
+                AdminState::Drain => {
+                    if n.drain_weight.is_none() {
+                        n.drain_weight = Some(self.weight());
+                        self.set_weight(0);
+                    }
+                    self.set_maint(false);
+                }
+                AdminState::Ready | AdminState::Maint => {
+                    if let Some(w) = n.drain_weight.take() {
+                        self.set_weight(w);
+                    }
+                    self.set_maint(st == AdminState::Maint);
+                }
+            }
+        });
+        AdminChange {
+            was_running,
+            marked_down: st == AdminState::Maint && was_running,
+        }
+    }
+
+    /// `set weight`: a draining server keeps draining and gets `w` back when
+    /// made ready.
+    pub fn set_user_weight(&self, w: u32) {
+        self.admin_note_mut(|n| {
+            n.changed = Some(Instant::now());
+            match n.drain_weight.as_mut() {
+                Some(saved) => *saved = w,
+                None => self.set_weight(w),
+            }
+        });
+    }
+
+    /// Record an administrative change made now (`srv_time_since_last_change`).
+    pub fn touch(&self) {
+        self.admin_note_mut(|n| n.changed = Some(Instant::now()));
     }
 
     /// Health state (true unless a check marked the server down).

@@ -3,11 +3,10 @@
 //! maintenance / DOWN / weight 0 / address change, age-out, purge periods).
 //!
 //! Owns: the task loop and the spare connects it starts. Must not: block, or
-//! take spares (only flows take). A take kicks its thread's task ([`kick`]) so a
+//! take spares (only flows take). A take kicks its thread's task (`lb::spares::kick`) so a
 //! consumed spare is replaced at once rather than at the next tick. At soft or
 //! hard stop the task flushes every pool and ends.
 
-use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,25 +16,11 @@ use tokio::sync::Notify;
 use crate::runtime::{Phase, Runtime};
 use crate::scheduler::{self, Class, TaskHandle};
 
-use super::FlushReason;
+use crate::lb::spares::FlushReason;
 
 /// Housekeeping period: a server that stops taking traffic or moves has its
 /// spares closed within this delay (or its `pool-purge-delay` if shorter).
 pub const WATCH_TICK: Duration = Duration::from_millis(100);
-
-thread_local! {
-    /// Wakes this worker's pool task (a take or a new flow changed the need).
-    static KICK: RefCell<Option<Rc<Notify>>> = const { RefCell::new(None) };
-}
-
-/// Wake the current worker's pool task; a no-op where none runs.
-pub fn kick() {
-    KICK.with(|k| {
-        if let Some(n) = k.borrow().as_ref() {
-            n.notify_one();
-        }
-    });
-}
 
 /// `(backend, server)` indexes of the servers that keep spares.
 fn pooled(state: &Runtime) -> Vec<(usize, usize)> {
@@ -70,7 +55,7 @@ pub fn spawn_for_worker(state: &Arc<Runtime>, tid: usize) -> Vec<TaskHandle> {
         return Vec::new();
     }
     let notify = Rc::new(Notify::new());
-    KICK.with(|k| *k.borrow_mut() = Some(notify.clone()));
+    crate::lb::spares::set_kick(notify.clone());
     vec![scheduler::spawn(
         Class::Normal,
         "pool",

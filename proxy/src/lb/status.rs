@@ -1,0 +1,89 @@
+//! What a server's checks report, kept with the server (`ServerRt`): HAProxy's
+//! check statuses and the `rise`/`fall` defaults. The check tasks
+//! (`crate::checks`) produce them; `lb` stores them and the CLI renders them.
+//! Here, below `checks`, so that `lb` needs nothing from the layers above it.
+
+/// HAProxy's default `rise`.
+pub const DEFAULT_RISE: u32 = 2;
+/// HAProxy's default `fall`.
+pub const DEFAULT_FALL: u32 = 3;
+/// A check status, HAProxy's `HCHK_STATUS_*` that TCP checks can report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// The agent answered without a health word (no status change).
+    Checked,
+    /// `observe layer4` saw `error-limit` consecutive errors on live traffic.
+    Hana,
+    Sockerr,
+    L4Ok,
+    L4Tout,
+    L4Con,
+    L7Tout,
+    L7Rsp,
+    L7Ok,
+    L7Sts,
+}
+
+impl Status {
+    /// HAProxy's numeric code (`show servers state` srv_check_status).
+    pub fn code(self) -> u32 {
+        match self {
+            Status::Checked => 3,
+            Status::Hana => 4,
+            Status::Sockerr => 5,
+            Status::L4Ok => 6,
+            Status::L4Tout => 7,
+            Status::L4Con => 8,
+            Status::L7Tout => 12,
+            Status::L7Rsp => 13,
+            Status::L7Ok => 15,
+            Status::L7Sts => 17,
+        }
+    }
+
+    /// The short name (`check_status` column).
+    pub fn info(self) -> &'static str {
+        match self {
+            Status::Checked => "CHECKED",
+            Status::Hana => "HANA",
+            Status::Sockerr => "SOCKERR",
+            Status::L4Ok => "L4OK",
+            Status::L4Tout => "L4TOUT",
+            Status::L4Con => "L4CON",
+            Status::L7Tout => "L7TOUT",
+            Status::L7Rsp => "L7RSP",
+            Status::L7Ok => "L7OK",
+            Status::L7Sts => "L7STS",
+        }
+    }
+
+    /// The description (`check_desc` column, `reason:` of the logs).
+    pub fn desc(self) -> &'static str {
+        match self {
+            Status::Checked => "No status change",
+            Status::Hana => "Health analyze",
+            Status::Sockerr => "Socket error",
+            Status::L4Ok => "Layer4 check passed",
+            Status::L4Tout => "Layer4 timeout",
+            Status::L4Con => "Layer4 connection problem",
+            Status::L7Tout => "Layer7 timeout",
+            Status::L7Rsp => "Layer7 invalid response",
+            Status::L7Ok => "Layer7 check passed",
+            Status::L7Sts => "Layer7 wrong status",
+        }
+    }
+
+    /// Passed, failed, or neutral (`None`: no status change).
+    pub fn passed(self) -> Option<bool> {
+        match self {
+            Status::Checked => None,
+            Status::L4Ok | Status::L7Ok => Some(true),
+            _ => Some(false),
+        }
+    }
+
+    /// Layer 5-7 data available: the check code is meaningful (HAProxy prints it).
+    pub fn has_code(self) -> bool {
+        matches!(self, Status::L7Ok | Status::L7Sts)
+    }
+}
