@@ -1,10 +1,28 @@
 //! shunt: an eBPF-assisted TCP proxy and load balancer.
 //!
-//! One folder per room (see the README's architecture section): `config`
-//! (parse, validate), `scheduler` (per-thread executor with task classes),
-//! `lb` (server selection and queues), `handoff` (splice/copy forwarding),
-//! `stats` (per-thread counters), `sys` (thin syscall wrappers), and
-//! `session` (one flow, top to bottom).
+//! One folder or file per room (see docs/architecture.md, which also gives the
+//! layer rule the modules are moving to):
+//!
+//! - `config`: parse, validate, the immutable `Config`;
+//! - `daemon`: start-up in three stages, the shared `State`, accept loops,
+//!   signals, stop;
+//! - `listeners`: every listening socket, bound fresh or inherited (`-x`);
+//! - `reload`: `_getsocks` and `_getflows`, the hand-over to a successor;
+//! - `notify`: systemd's readiness protocol;
+//! - `session`: one flow, top to bottom;
+//! - `sni`: the server name of a peeked TLS ClientHello;
+//! - `scheduler`: per-thread executor with task classes;
+//! - `lb`: server selection, server runtime state, queues;
+//! - `checks`: health and agent checks, the server-state file;
+//! - `pool`: warm server connections;
+//! - `maps`: routing maps, changed at run time by the CLI;
+//! - `handoff`: forwarding behind one seam (sockmap, splice, copy);
+//! - `bpf`: the eBPF object, its maps and pins;
+//! - `cli`: the stats socket (frame, command, dispatch, render);
+//! - `stats`: per-thread counters and each worker's flow registry;
+//! - `log`: traffic logs;
+//! - `metrics`: the Prometheus exporter;
+//! - `sys`: thin syscall wrappers.
 
 pub mod bpf;
 pub mod checks;

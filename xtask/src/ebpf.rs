@@ -5,7 +5,7 @@
 //! therefore stay dependency-free and must never install anything on its own
 //! except through [`ensure_toolchain`], which only the xtask calls.
 //!
-//! # The pipeline (see shared/reference/kernel-sockmap.md)
+//! # The pipeline (overview and the callers: docs/ebpf-build.md)
 //! 1. `rustup run nightly cargo build --release --target bpfel-unknown-none
 //!    -Z build-std=core` on `proxy-ebpf/`, with its own `--target-dir` (so a
 //!    nested build from `build.rs` never waits on the outer cargo's lock). On

@@ -58,9 +58,10 @@
 //! 4. **Teardown.** Deleting a socket's SOCKHASH entry drops its psock, which
 //!    frees both bytes passed to it and not yet read and bytes redirected to
 //!    it and not yet sent. [`Bpf::remove_pair`] is for flows whose directions
-//!    were drained (the FIN drain check in kernel-sockmap.md) or are being
-//!    aborted. A verdict already running when the entries go may still bump a
-//!    counter after the final read: final counters can miss one segment.
+//!    were drained (the drain check before FIN, "Half-close" in the "Race
+//!    window" of `crate::handoff::sockmap`) or are being aborted. A verdict
+//!    already running when the entries go may still bump a counter after the
+//!    final read: final counters can miss one segment.
 //! 5. **Failed insertion.** The client (most likely to fail: CLOSE_WAIT gives
 //!    EOPNOTSUPP) is inserted first; if the server's insertion fails after
 //!    that, the client's entry is deleted again, and bytes the verdict passed

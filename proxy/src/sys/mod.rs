@@ -1,4 +1,12 @@
-//! Thin syscall wrappers: the only place besides `handoff` with `unsafe`.
+//! Thin syscall wrappers, and where most of the daemon's `unsafe` lives.
+//!
+//! The other `unsafe` blocks of `proxy/src` are single calls in the module
+//! that needs them, each with its `// SAFETY:` line: `bpf` (the log ring
+//! buffer's fd registered with the reactor, `setrlimit`, `SO_COOKIE`),
+//! `handoff::sockmap` (`FIONREAD`), `reload` (descriptors received with
+//! `SCM_RIGHTS`), `maps` (the drop thread's `sched_setscheduler` and
+//! `setpriority`), `log::time` (`localtime_r`), `notify` (`clock_gettime`)
+//! and `main` (`mallopt`).
 //!
 //! Owns: the raw calls the forwarding code needs and that neither std nor
 //! tokio expose (`pipe2`, `splice`, `fcntl(F_{SET,GET}PIPE_SZ)`, socket
