@@ -4,8 +4,8 @@
 //! layer rule the modules are moving to):
 //!
 //! - `config`: parse, validate, the immutable `Config`;
-//! - `daemon`: start-up in three stages, the shared `State`, accept loops,
-//!   signals, stop;
+//! - `daemon`: start-up in three stages, accept loops, signals, stop;
+//! - `runtime`: the running process's shared state, as owned parts;
 //! - `listeners`: every listening socket, bound fresh or inherited (`-x`);
 //! - `reload`: `_getsocks` and `_getflows`, the hand-over to a successor;
 //! - `notify`: systemd's readiness protocol;
