@@ -60,6 +60,122 @@ const ADMF_HMAINT: i64 = 0x40;
 const CHK_ST_CONFIGURED: i64 = 0x02;
 const CHK_ST_ENABLED: i64 = 0x04;
 const CHK_ST_ALL: i64 = 0x1f;
+const CHK_ST_PAUSED: i64 = 0x08;
+/// Check status code before the first check (HCHK_STATUS_INI); the others come
+/// from `lb::status::Status::code`.
+const HCHK_STATUS_INI: i64 = 1;
+/// Check results (CHK_RES_*).
+const CHK_RES_UNKNOWN: i64 = 0;
+const CHK_RES_NEUTRAL: i64 = 1;
+const CHK_RES_FAILED: i64 = 2;
+const CHK_RES_PASSED: i64 = 3;
+
+/// The format's header (version 1, HAProxy 2.6's 25 columns): what `show
+/// servers state` prints and the file this module reads starts with.
+pub const HEADER: &str = "1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port\n";
+
+/// `show servers state` for the backends at `bis` (config indexes): the
+/// format this module's loader reads back (HAProxy's `server-state-file`).
+pub fn render(state: &Runtime, bis: &[usize]) -> String {
+    use std::fmt::Write;
+    let mut out = String::from(HEADER);
+    let uptime = state.facts.uptime_secs();
+    for &bi in bis {
+        let be = &state.config.backends[bi];
+        for (si, cfg) in be.servers.iter().enumerate() {
+            let rt = &state.backends[bi].servers[si];
+            let n = rt.admin_note();
+            let maint = rt.is_maint();
+            let running = !maint && rt.is_up();
+            let mut admin = 0;
+            if maint {
+                // Never touched by the CLI: still the configuration's `disabled`.
+                admin |= if cfg.disabled && n.changed.is_none() {
+                    ADMF_FMAINT | ADMF_CMAINT
+                } else {
+                    ADMF_FMAINT
+                };
+            }
+            if n.drain_weight.is_some() {
+                admin |= ADMF_FDRAIN;
+            }
+            let rise = cfg.check.rise.unwrap_or(crate::lb::status::DEFAULT_RISE);
+            let (status, result, health, state) = if cfg.check.enabled {
+                let mut state = CHK_ST_CONFIGURED;
+                if rt.checked() {
+                    state |= CHK_ST_ENABLED;
+                }
+                if maint {
+                    state |= CHK_ST_PAUSED;
+                }
+                let (status, result) = match rt.check_report().status {
+                    None => (HCHK_STATUS_INI, CHK_RES_UNKNOWN),
+                    Some(st) => (
+                        i64::from(st.code()),
+                        match st.passed() {
+                            Some(true) => CHK_RES_PASSED,
+                            Some(false) => CHK_RES_FAILED,
+                            None => CHK_RES_NEUTRAL,
+                        },
+                    ),
+                };
+                // Maintenance resets the health, as HAProxy does.
+                (
+                    status,
+                    result,
+                    if maint { 0 } else { i64::from(rt.health()) },
+                    state,
+                )
+            } else {
+                let state = if admin & ADMF_CMAINT != 0 {
+                    CHK_ST_PAUSED
+                } else {
+                    0
+                };
+                (
+                    HCHK_STATUS_INI,
+                    0,
+                    if running { i64::from(rise) } else { 0 },
+                    state,
+                )
+            };
+            let since = match n.changed {
+                Some(t) => t.elapsed().as_secs(),
+                None if cfg.check.enabled || cfg.check.agent_check => {
+                    rt.check_report().last_change.elapsed().as_secs()
+                }
+                None => uptime,
+            };
+            let _ = writeln!(
+                out,
+                "{} {} {} {} {} {} {} {} {} {} {} {} {} {} 0 0 0 - {} - 0 {} - - 0",
+                be.id,
+                be.name,
+                cfg.id,
+                cfg.name,
+                rt.addr().ip(),
+                if running && rt.is_stopping() {
+                    SRV_ST_STOPPING
+                } else if running {
+                    SRV_ST_RUNNING
+                } else {
+                    SRV_ST_STOPPED
+                },
+                admin,
+                n.drain_weight.unwrap_or_else(|| rt.weight()),
+                rt.initial_weight(),
+                since,
+                status,
+                result,
+                health,
+                state,
+                rt.addr().port(),
+                rt.probe_targets().check_port.unwrap_or(0),
+            );
+        }
+    }
+    out
+}
 
 /// Why the file as a whole is ignored.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -430,7 +430,7 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
             Err(e) => Output::err(e),
         },
         Command::ShowServersState(be) => match backend_list(ctx, be.as_deref()) {
-            Some(list) => Output::Text(render::show_servers_state(ctx, &list)),
+            Some(list) => Output::Text(crate::checks::state_file::render(&ctx.state, &list)),
             None => Output::err(CANT_FIND_BACKEND),
         },
         Command::ShowServersConn(be) => match backend_list(ctx, be.as_deref()) {

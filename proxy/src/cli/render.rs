@@ -545,9 +545,6 @@ fn csv_field(s: &str) -> String {
         .collect()
 }
 
-/// HAProxy's default `rise`.
-const DEFAULT_RISE: u32 = crate::checks::DEFAULT_RISE;
-
 fn algo_name(b: Balance) -> &'static str {
     match b {
         Balance::RoundRobin => "roundrobin",
@@ -1084,123 +1081,6 @@ pub fn level_name(l: CliLevel) -> &'static str {
         CliLevel::Operator => "operator",
         CliLevel::Admin => "admin",
     }
-}
-
-/// `show servers state` header (format version 1, HAProxy 2.6's 25 columns).
-pub const SERVERS_STATE_HEADER: &str = "1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port\n";
-
-/// HAProxy's `srv_op_state` values.
-const SRV_ST_STOPPED: u32 = 0;
-const SRV_ST_RUNNING: u32 = 2;
-/// `set server B/S health stopping` (shown as NOLB).
-const SRV_ST_STOPPING: u32 = 3;
-/// HAProxy's `srv_admin_state` bits: forced maintenance, maintenance from the
-/// configuration (`disabled`), forced drain.
-const SRV_ADMF_FMAINT: u32 = 0x01;
-const SRV_ADMF_CMAINT: u32 = 0x04;
-const SRV_ADMF_FDRAIN: u32 = 0x08;
-/// Check status code before the first check (HCHK_STATUS_INI); the others come from
-/// `crate::checks::Status::code`.
-const HCHK_STATUS_INI: u32 = 1;
-/// Check results (CHK_RES_*).
-const CHK_RES_UNKNOWN: u32 = 0;
-const CHK_RES_NEUTRAL: u32 = 1;
-const CHK_RES_FAILED: u32 = 2;
-const CHK_RES_PASSED: u32 = 3;
-/// Check state bits (CHK_ST_*): configured, enabled, paused.
-const CHK_ST_CONFIGURED: u32 = 0x02;
-const CHK_ST_ENABLED: u32 = 0x04;
-const CHK_ST_PAUSED: u32 = 0x08;
-
-/// `show servers state` for the backends at `bis` (config indexes).
-pub fn show_servers_state(ctx: &Ctx, bis: &[usize]) -> String {
-    let mut out = String::from(SERVERS_STATE_HEADER);
-    let uptime = ctx.uptime_secs();
-    for &bi in bis {
-        let be = &ctx.state.config.backends[bi];
-        for (si, cfg) in be.servers.iter().enumerate() {
-            let rt = &ctx.state.backends[bi].servers[si];
-            let n = rt.admin_note();
-            let maint = rt.is_maint();
-            let running = !maint && rt.is_up();
-            let mut admin = 0;
-            if maint {
-                // Never touched by the CLI: still the configuration's `disabled`.
-                admin |= if cfg.disabled && n.changed.is_none() {
-                    SRV_ADMF_FMAINT | SRV_ADMF_CMAINT
-                } else {
-                    SRV_ADMF_FMAINT
-                };
-            }
-            if n.drain_weight.is_some() {
-                admin |= SRV_ADMF_FDRAIN;
-            }
-            let rise = cfg.check.rise.unwrap_or(DEFAULT_RISE);
-            let (status, result, health, state) = if cfg.check.enabled {
-                let mut state = CHK_ST_CONFIGURED;
-                if rt.checked() {
-                    state |= CHK_ST_ENABLED;
-                }
-                if maint {
-                    state |= CHK_ST_PAUSED;
-                }
-                let (status, result) = match rt.check_report().status {
-                    None => (HCHK_STATUS_INI, CHK_RES_UNKNOWN),
-                    Some(st) => (
-                        st.code(),
-                        match st.passed() {
-                            Some(true) => CHK_RES_PASSED,
-                            Some(false) => CHK_RES_FAILED,
-                            None => CHK_RES_NEUTRAL,
-                        },
-                    ),
-                };
-                // Maintenance resets the health, as HAProxy does.
-                (status, result, if maint { 0 } else { rt.health() }, state)
-            } else {
-                let state = if admin & SRV_ADMF_CMAINT != 0 {
-                    CHK_ST_PAUSED
-                } else {
-                    0
-                };
-                (HCHK_STATUS_INI, 0, if running { rise } else { 0 }, state)
-            };
-            let since = match n.changed {
-                Some(t) => t.elapsed().as_secs(),
-                None if cfg.check.enabled || cfg.check.agent_check => {
-                    rt.check_report().last_change.elapsed().as_secs()
-                }
-                None => uptime,
-            };
-            let _ = writeln!(
-                out,
-                "{} {} {} {} {} {} {} {} {} {} {} {} {} {} 0 0 0 - {} - 0 {} - - 0",
-                be.id,
-                be.name,
-                cfg.id,
-                cfg.name,
-                rt.addr().ip(),
-                if running && rt.is_stopping() {
-                    SRV_ST_STOPPING
-                } else if running {
-                    SRV_ST_RUNNING
-                } else {
-                    SRV_ST_STOPPED
-                },
-                admin,
-                n.drain_weight.unwrap_or_else(|| rt.weight()),
-                rt.initial_weight(),
-                since,
-                status,
-                result,
-                health,
-                state,
-                rt.addr().port(),
-                rt.probe_targets().check_port.unwrap_or(0),
-            );
-        }
-    }
-    out
 }
 
 /// `show servers conn` for the backends at `bis`, in HAProxy's columns, filled from

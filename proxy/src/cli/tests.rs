@@ -1083,7 +1083,7 @@ fn state_rows(out: &str) -> Vec<String> {
     assert_eq!(lines.next(), Some("1"), "{out}");
     assert_eq!(
         lines.next(),
-        Some(render::SERVERS_STATE_HEADER.lines().nth(1).unwrap()),
+        Some(crate::checks::state_file::HEADER.lines().nth(1).unwrap()),
         "{out}"
     );
     lines
@@ -1102,7 +1102,7 @@ fn server_state_commands_answer_like_haproxy_2_6() {
     let (ctx, _tx) = servers_ctx();
     let run = |cmd: &str| converse(&ctx, admin_session(), format!("{cmd}\n").as_bytes(), true);
     let out = run("show servers state");
-    assert!(out.starts_with(render::SERVERS_STATE_HEADER));
+    assert!(out.starts_with(crate::checks::state_file::HEADER));
     assert!(out.ends_with("\n\n"));
     assert_eq!(
         state_rows(&out),
