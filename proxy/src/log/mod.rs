@@ -29,7 +29,6 @@ use std::time::{Instant, SystemTime};
 use tokio::sync::mpsc;
 
 use crate::config::Config;
-use crate::runtime::Runtime;
 use format::{Cause, FlowLog, Names, Phase};
 
 /// Lines one worker may have waiting for the log thread; more are dropped.
@@ -147,8 +146,18 @@ pub struct FlowGuard {
     inner: Option<Inner>,
 }
 
+/// What a flow's log line reads from the running process when it is sent:
+/// the configuration and the gauges. Implemented by the runtime, so that this
+/// module needs nothing above it.
+pub trait Process: Send + Sync {
+    fn config(&self) -> &Config;
+    fn stats(&self) -> &crate::stats::Stats;
+    /// Flows in the process now (`%ac`).
+    fn conns(&self) -> usize;
+}
+
 struct Inner {
-    state: Arc<Runtime>,
+    state: Arc<dyn Process>,
     rec: FlowLog,
     start: Instant,
     /// When the flow started waiting for a server slot / connecting.
@@ -160,12 +169,12 @@ impl FlowGuard {
     /// With the default format, the "Connect from" line is emitted now (at the
     /// end with `option dontlognull`, and only if the client sent data).
     pub fn new(
-        state: &Arc<Runtime>,
+        state: &Arc<impl Process + 'static>,
         fe: usize,
         peer: SocketAddr,
         local: Option<SocketAddr>,
     ) -> Self {
-        let Some(pl) = state.config.global.traffic_logs.get(fe) else {
+        let Some(pl) = state.config().global.traffic_logs.get(fe) else {
             return Self { inner: None };
         };
         if pl.targets.is_empty() {
@@ -175,7 +184,7 @@ impl FlowGuard {
         rec.cause = Cause::Killed;
         let now = Instant::now();
         let inner = Inner {
-            state: state.clone(),
+            state: state.clone() as Arc<dyn Process>,
             rec,
             start: now,
             mark: now,
@@ -277,7 +286,7 @@ impl Inner {
     /// end-of-flow lines show them).
     fn send(&self) {
         let st = &self.state;
-        let cfg = &st.config;
+        let cfg = st.config();
         let fe = self.rec.fe;
         let Some(pl) = cfg.global.traffic_logs.get(fe) else {
             return;
@@ -290,13 +299,13 @@ impl Inner {
             rec.tt = ms(self.start.elapsed());
         }
         // This flow still holds the process gauge (released after the session).
-        rec.actconn = st.admission.conns().saturating_sub(1);
-        rec.feconn = st.stats.frontends.get(fe).map_or(0, |c| c.scur());
+        rec.actconn = st.conns().saturating_sub(1);
+        rec.feconn = st.stats().frontends.get(fe).map_or(0, |c| c.scur());
         if let Some(be) = rec.be {
-            rec.beconn = st.stats.backends.get(be).map_or(0, |c| c.scur());
+            rec.beconn = st.stats().backends.get(be).map_or(0, |c| c.scur());
             if let Some(srv) = rec.srv {
                 rec.srvconn = st
-                    .stats
+                    .stats()
                     .servers
                     .get(be)
                     .and_then(|v| v.get(srv))

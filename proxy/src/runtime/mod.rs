@@ -65,3 +65,15 @@ impl Runtime {
         }
     }
 }
+
+impl crate::log::Process for Runtime {
+    fn config(&self) -> &Config {
+        &self.config
+    }
+    fn stats(&self) -> &Stats {
+        &self.stats
+    }
+    fn conns(&self) -> usize {
+        self.admission.conns()
+    }
+}
