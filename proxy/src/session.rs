@@ -287,7 +287,27 @@ pub(crate) fn account_end(
             fe.event(Event::Timeout);
             be.event(Event::Timeout);
         }
-        End::Error(_) => be.event(Event::RespError),
+        // As the resets of the same side: the peer broke the flow.
+        End::Error {
+            origin: handoff::Origin::Client,
+            ..
+        } => {
+            for c in [fe, be, srv] {
+                c.event(Event::ClientAbort);
+            }
+        }
+        End::Error {
+            origin: handoff::Origin::Server,
+            ..
+        } => {
+            be.event(Event::ServerAbort);
+            srv.event(Event::ServerAbort);
+            srv.event(Event::RespError);
+        }
+        End::Error {
+            origin: handoff::Origin::Internal,
+            ..
+        } => be.event(Event::RespError),
     }
 }
 
@@ -437,8 +457,8 @@ pub async fn run(
         &meter,
     )
     .await;
-    if let End::Error(e) = &out.end {
-        tracing::debug!(error = %e, "flow ended with an error");
+    if let End::Error { origin, source } = &out.end {
+        tracing::debug!(?origin, error = %source, "flow ended with an error");
     }
     account_end(
         &state,
@@ -449,6 +469,7 @@ pub async fn run(
     tracing::debug!(
         frontend = %fe.name, backend = %be.name, server = %slot.server().name, %peer,
         to_server = out.to_server, to_client = out.to_client, mode = ?out.mode, end = ?out.end,
+        origin = ?out.end.origin(),
         "flow closed"
     );
 }

@@ -53,16 +53,24 @@ impl DirError {
         Self { side, source }
     }
 
-    /// Resets (and broken pipes) become `*Reset`; anything else is `Error`.
+    /// Resets (and broken pipes) become `*Reset`; anything else is `Error` with
+    /// the side it came from.
     pub fn into_end(self) -> End {
         let reset = matches!(
             self.source.raw_os_error(),
             Some(libc::ECONNRESET | libc::EPIPE | libc::ECONNABORTED | libc::ENOTCONN)
         );
-        match (reset, self.side) {
-            (true, Side::Client) => End::ClientReset,
-            (true, Side::Server) => End::ServerReset,
-            (false, _) => End::Error(self.source),
+        let origin = match self.side {
+            Side::Client => super::Origin::Client,
+            Side::Server => super::Origin::Server,
+        };
+        match (reset, origin) {
+            (true, super::Origin::Client) => End::ClientReset,
+            (true, _) => End::ServerReset,
+            (false, origin) => End::Error {
+                origin,
+                source: self.source,
+            },
         }
     }
 }

@@ -102,6 +102,16 @@ pub struct FlowRoute {
     pub srv: usize,
 }
 
+/// Which party an error came from (pingora's error source): the client's
+/// socket, the server's, or shunt itself (a kernel handoff that could not be
+/// set up or resumed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Client,
+    Server,
+    Internal,
+}
+
 /// Why a flow ended.
 #[derive(Debug)]
 pub enum End {
@@ -111,7 +121,31 @@ pub enum End {
     ServerReset,
     ClientTimeout,
     ServerTimeout,
-    Error(io::Error),
+    /// Any other I/O failure, with the side it came from.
+    Error {
+        origin: Origin,
+        source: io::Error,
+    },
+}
+
+impl End {
+    /// A failure of shunt's own (not of either peer).
+    pub fn internal(source: io::Error) -> Self {
+        End::Error {
+            origin: Origin::Internal,
+            source,
+        }
+    }
+
+    /// Which party ended the flow abnormally (`None`: it ended cleanly).
+    pub fn origin(&self) -> Option<Origin> {
+        match self {
+            End::Done => None,
+            End::ClientReset | End::ClientTimeout => Some(Origin::Client),
+            End::ServerReset | End::ServerTimeout => Some(Origin::Server),
+            End::Error { origin, .. } => Some(*origin),
+        }
+    }
 }
 
 /// The result of one `forward`.
@@ -258,7 +292,9 @@ async fn forward_kernel(
     let ins = match sockmap::insert(client, server) {
         Ok(i) => i,
         Err(sockmap::NotEligible::Fallback(why)) => return Err(KernelFallback::Splice(why)),
-        Err(sockmap::NotEligible::Abort(e)) => return Err(KernelFallback::Failed(End::Error(e))),
+        Err(sockmap::NotEligible::Abort(e)) => {
+            return Err(KernelFallback::Failed(End::internal(e)))
+        }
     };
     let st = [
         sockmap::DirState::new(&ins, CLIENT_TO_SERVER),
@@ -356,7 +392,7 @@ pub async fn resume(
         Ok(i) => i,
         Err(e) => {
             tracing::warn!(error = %e, "cannot adopt a kernel flow: closing it");
-            let mut out = finish(&flow, &client, &server, Mode::Sockmap, End::Error(e));
+            let mut out = finish(&flow, &client, &server, Mode::Sockmap, End::internal(e));
             out.to_server += prior.0;
             out.to_client += prior.1;
             return out;

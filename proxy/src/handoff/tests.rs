@@ -916,3 +916,46 @@ async fn bench_1gib_throughput() {
         );
     }
 }
+
+#[test]
+fn a_direction_error_names_its_side_and_a_reset_becomes_a_reset() {
+    use super::flow::{DirError, Side};
+    let err = |side, errno| DirError::new(side, io::Error::from_raw_os_error(errno)).into_end();
+    assert!(matches!(
+        err(Side::Client, libc::ECONNRESET),
+        End::ClientReset
+    ));
+    assert!(matches!(err(Side::Server, libc::EPIPE), End::ServerReset));
+    let e = err(Side::Server, libc::ETIMEDOUT);
+    assert!(matches!(
+        e,
+        End::Error {
+            origin: Origin::Server,
+            ..
+        }
+    ));
+    assert_eq!(e.origin(), Some(Origin::Server));
+    assert_eq!(
+        err(Side::Client, libc::EHOSTUNREACH).origin(),
+        Some(Origin::Client)
+    );
+    assert_eq!(
+        End::internal(io::Error::other("x")).origin(),
+        Some(Origin::Internal)
+    );
+    assert_eq!(End::Done.origin(), None);
+    // The log's termination cause follows the origin (HAProxy's C, S, P).
+    use crate::log::format::Cause;
+    assert_eq!(
+        crate::log::cause_of(&err(Side::Client, libc::EHOSTUNREACH)),
+        Cause::ClientAbort
+    );
+    assert_eq!(
+        crate::log::cause_of(&err(Side::Server, libc::ETIMEDOUT)),
+        Cause::ServerAbort
+    );
+    assert_eq!(
+        crate::log::cause_of(&End::internal(io::Error::other("x"))),
+        Cause::Proxy
+    );
+}

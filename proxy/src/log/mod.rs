@@ -339,11 +339,24 @@ impl Drop for FlowGuard {
 
 /// Map a forwarding end to the `%ts` cause.
 pub fn cause_of(end: &crate::handoff::End) -> Cause {
-    use crate::handoff::End;
+    use crate::handoff::{End, Origin};
     match end {
         End::Done => Cause::Normal,
         End::ClientReset => Cause::ClientAbort,
-        End::ServerReset | End::Error(_) => Cause::ServerAbort,
+        End::ServerReset
+        | End::Error {
+            origin: Origin::Server,
+            ..
+        } => Cause::ServerAbort,
+        End::Error {
+            origin: Origin::Client,
+            ..
+        } => Cause::ClientAbort,
+        // shunt's own failure: HAProxy's 'P' (proxy) termination cause.
+        End::Error {
+            origin: Origin::Internal,
+            ..
+        } => Cause::Proxy,
         End::ClientTimeout => Cause::ClientTimeout,
         End::ServerTimeout => Cause::ServerTimeout,
     }
