@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 
-use crate::demo::{gbits, human};
 use crate::proc::{self, ChildGuard};
 use crate::servers::{self, Counters, Kind, Server};
+use xtask::units::{gbits, human};
 
 /// Default bound of one push, in seconds.
 pub const DEFAULT_RUN_TIMEOUT_SECS: u64 = 120;
@@ -534,7 +534,7 @@ mod tests {
             &["option splice-auto"],
             Some(Path::new("/tmp/b.sock")),
         );
-        let layout = crate::demo::scan(&cfg);
+        let layout = xtask::layout::scan(&cfg);
         assert_eq!(
             layout.frontends,
             vec![("bench".into(), vec![4000], Some("bench".into()))]

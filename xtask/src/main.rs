@@ -14,15 +14,11 @@
 mod bench;
 mod delay;
 mod demo;
-mod ebpf;
 mod latency;
 mod load;
 mod peers;
 mod poolbench;
-mod proc;
 mod report;
-mod servers;
-mod setup;
 mod suite;
 mod test;
 
@@ -30,6 +26,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use xtask::{build_release, proc, servers, setup, target_dir, workspace_root};
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "Build, test, demo and bench shunt")]
@@ -178,44 +175,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// The workspace root (the parent of this crate's directory).
-pub fn workspace_root() -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest.clone())
-}
-
-/// Cargo's target directory, honouring CARGO_TARGET_DIR.
-pub fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => {
-            let dir = PathBuf::from(dir);
-            if dir.is_absolute() {
-                dir
-            } else {
-                workspace_root().join(dir)
-            }
-        }
-        None => workspace_root().join("target"),
-    }
-}
-
-/// `cargo xtask build`: toolchain, eBPF toolchain check, release build. Returns the path
-/// of the built binary.
-pub fn build_release() -> anyhow::Result<PathBuf> {
-    setup::toolchain()?;
-    ebpf::ensure_toolchain().map_err(|e| anyhow::anyhow!("eBPF toolchain: {e}"))?;
-    proc::cargo(&["build", "--release", "-p", "proxy"])?;
-    let bin = target_dir().join("release").join("shunt");
-    anyhow::ensure!(
-        bin.is_file(),
-        "cargo build succeeded but {} is missing",
-        bin.display()
-    );
-    println!("xtask: built {}", bin.display());
-    Ok(bin)
 }

@@ -412,7 +412,7 @@ mod tests {
             ..Extras::default()
         };
         let cfg = proxy_config(&r, &f, true, &extras);
-        let layout = crate::demo::scan(&cfg);
+        let layout = xtask::layout::scan(&cfg);
         assert_eq!(layout.frontends.len(), 2, "{cfg}");
         assert!(cfg.contains("listen echo\n    bind 127.0.0.1:6001\n    option splice-auto\n"));
         assert!(cfg.contains("    server s 127.0.0.1:5002\n"));

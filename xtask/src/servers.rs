@@ -52,8 +52,10 @@ pub struct Snapshot {
     pub bout: u64,
 }
 
-impl Snapshot {
-    pub fn add(self, o: Snapshot) -> Snapshot {
+impl std::ops::Add for Snapshot {
+    type Output = Snapshot;
+
+    fn add(self, o: Snapshot) -> Snapshot {
         Snapshot {
             scur: self.scur + o.scur,
             stot: self.stot + o.stot,
