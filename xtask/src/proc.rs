@@ -177,10 +177,14 @@ pub fn run(program: &str, args: &[&str]) -> Result<()> {
     check_status(program, args, status)
 }
 
+/// The cargo that runs xtask (per $CARGO), else `cargo` from PATH.
+pub fn cargo_program() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string())
+}
+
 /// Runs cargo (the one that runs xtask, per $CARGO) in the workspace root.
 pub fn cargo(args: &[&str]) -> Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    run(&cargo, args)
+    run(&cargo_program(), args)
 }
 
 fn check_status(program: &str, args: &[&str], status: ExitStatus) -> Result<()> {

@@ -43,8 +43,8 @@ pub fn run(test_threads: usize) -> Result<()> {
     let mut step = |name: &'static str, args: &[&str]| -> bool {
         let started = Instant::now();
         // Every step goes through cargo. The demo is this very tool, run again by
-        // cargo: `cargo test` may relink target/debug/xtask (the bench interrupt test
-        // builds it as a dependency), so the running executable's path can be gone.
+        // cargo rather than by the running executable's path, which a build in an
+        // earlier step may have replaced.
         let run = proc::cargo(args);
         let outcome = match run {
             Ok(()) => Outcome::Ok,

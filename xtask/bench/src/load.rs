@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 
-use crate::proc;
-use crate::servers::pattern;
+use xtask::proc;
+use xtask::servers::pattern;
 
 /// Inactivity limit on every socket read or write here.
 const IO_TIMEOUT: Duration = Duration::from_secs(20);
@@ -436,9 +436,9 @@ mod tests {
 
     #[test]
     fn echo_round_trips_check_the_bytes() {
-        let echo = crate::servers::Server::start(
+        let echo = xtask::servers::Server::start(
             "127.0.0.1:0".parse().expect("a"),
-            crate::servers::Kind::Echo,
+            xtask::servers::Kind::Echo,
         )
         .expect("echo");
         let t = echo_round_trips(echo.addr, 65536, 5, Duration::from_secs(10)).expect("rr");

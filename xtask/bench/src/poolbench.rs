@@ -33,8 +33,8 @@ use anyhow::{ensure, Context, Result};
 use crate::delay::{self, Wire};
 use crate::latency::{ms, quantile};
 use crate::peers;
-use crate::proc::{self, ChildGuard};
-use crate::servers;
+use xtask::proc::{self, ChildGuard};
+use xtask::servers;
 
 /// What each flow writes (and reads back).
 const REQUEST: &[u8] = b"ping\n";

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::proc::ChildGuard;
+use xtask::proc::ChildGuard;
 
 /// How long a proxy gets to accept on every frontend.
 const START_LIMIT: Duration = Duration::from_secs(20);

@@ -28,9 +28,9 @@ use anyhow::{bail, ensure, Context, Result};
 
 use crate::load::{self, IdleServer};
 use crate::peers::{self, Extras, Kind, Peer, Running};
-use crate::proc::{self, ChildGuard};
 use crate::report::{self, Sample};
-use crate::servers::{self, Server};
+use xtask::proc::{self, ChildGuard};
+use xtask::servers::{self, Server};
 
 /// Rounds per scenario unless `--rounds` says otherwise (the issue asks for at least 3).
 pub const DEFAULT_ROUNDS: usize = 3;
@@ -191,7 +191,7 @@ pub fn run(opts: &Options) -> Result<()> {
     let (latency, scenarios): (Vec<String>, Vec<String>) = scenarios
         .into_iter()
         .partition(|s| EXTRA_SCENARIOS.contains(&s.as_str()));
-    let dir = crate::target_dir().join("xtask").join("bench");
+    let dir = xtask::target_dir().join("xtask").join("bench");
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let pid_file = opts
         .pid_file
@@ -203,11 +203,11 @@ pub fn run(opts: &Options) -> Result<()> {
         pid_file.display()
     );
     if !scenarios.is_empty() && !peers::tools_present(&peers) {
-        crate::setup::debian_packages()?;
+        xtask::setup::debian_packages()?;
     }
     let shunt = match &opts.shunt {
         Some(b) => b.clone(),
-        None => crate::build_release()?,
+        None => xtask::build_release()?,
     };
     if !latency.is_empty() {
         if latency.iter().any(|s| s == "sched-latency") {
@@ -215,7 +215,7 @@ pub fn run(opts: &Options) -> Result<()> {
             println!("xtask: wrote {}", table.display());
         }
         if latency.iter().any(|s| s == "pool-ttfb") {
-            let root = opts.out.clone().unwrap_or_else(crate::workspace_root);
+            let root = opts.out.clone().unwrap_or_else(xtask::workspace_root);
             let table = crate::poolbench::run(&shunt, &dir, &root, opts.quick)?;
             println!("xtask: wrote {}", table.display());
         }
@@ -226,7 +226,7 @@ pub fn run(opts: &Options) -> Result<()> {
     let out = match &opts.out {
         Some(o) => o.clone(),
         None if plan.quick => dir.join("quick"),
-        None => crate::workspace_root(),
+        None => xtask::workspace_root(),
     };
     let nofile = proc::raise_nofile(WANT_NOFILE);
     let (maxconn, flows) = limits(nofile, plan.idle_flows);
@@ -488,10 +488,10 @@ fn measure_shared(
             let streams = if scenario == "bulk-1" { 1 } else { 4 };
             let front = run.front("iperf")?;
             let cpu0 = pid.map(proc::cpu_seconds).transpose()?;
-            let host0 = crate::bench::host_busy_seconds()?;
+            let host0 = crate::one_flow::host_busy_seconds()?;
             let b = load::iperf3(front, plan.bulk_secs, streams)?;
             let cpu1 = pid.map(proc::cpu_seconds).transpose()?;
-            let host1 = crate::bench::host_busy_seconds()?;
+            let host1 = crate::one_flow::host_busy_seconds()?;
             let gb = b.bytes as f64 / 1e9;
             let mut m = vec![
                 ("gbit_s", b.gbits()),

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 
 use crate::peers;
-use crate::proc::{self, ChildGuard};
+use xtask::proc::{self, ChildGuard};
 
 /// Bytes each flow sends and reads back.
 const FLOW_BYTES: usize = 64;
