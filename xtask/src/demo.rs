@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 
+use shunt_testkit::{self as testkit, Backend, Counters, Kind, Snapshot, StatRow};
 use xtask::layout::{scan, Layout};
 use xtask::proc::{self, ChildGuard};
-use xtask::servers::{self, Counters, Kind, Server, Snapshot, StatRow};
 use xtask::units::{gbits, human};
 
 pub const DEFAULT_CONFIG: &str = "examples/demo.cfg";
@@ -98,7 +98,7 @@ struct Front {
 struct Demo {
     layout: Layout,
     fronts: Vec<Front>,
-    servers: BTreeMap<SocketAddr, Server>,
+    servers: BTreeMap<SocketAddr, Backend>,
     /// shunt's stats socket, when the configuration declares one.
     cli: Option<PathBuf>,
 }
@@ -111,8 +111,8 @@ struct ShuntView {
 
 impl ShuntView {
     fn query(cli: &Path) -> Result<Self> {
-        let rows = servers::parse_show_stat(&servers::cli_command(cli, "show stat")?)?;
-        let info = servers::parse_show_info(&servers::cli_command(cli, "show info")?);
+        let rows = testkit::parse_show_stat(&testkit::cli_command(cli, "show stat")?)?;
+        let info = testkit::parse_show_info(&testkit::cli_command(cli, "show info")?);
         Ok(Self { rows, info })
     }
 
@@ -221,8 +221,8 @@ fn wait_cli(shunt: &mut ChildGuard, cli: &Path) -> Result<BTreeMap<String, Strin
     let end = Instant::now() + START_LIMIT;
     loop {
         shunt.check_alive()?;
-        match servers::cli_command(cli, "show info") {
-            Ok(text) => return Ok(servers::parse_show_info(&text)),
+        match testkit::cli_command(cli, "show info") {
+            Ok(text) => return Ok(testkit::parse_show_info(&text)),
             Err(e) if Instant::now() >= end => {
                 return Err(e.context(format!("no answer within {START_LIMIT:?}")))
             }
@@ -250,7 +250,7 @@ impl Demo {
                     println!("xtask: server {name} {addr}: not a demo backend, not started");
                     continue;
                 };
-                let server = Server::start(*addr, kind).with_context(|| {
+                let server = Backend::start(*addr, kind).with_context(|| {
                     format!("cannot start the demo backend {name} on {addr} (port in use?)")
                 })?;
                 servers.insert(*addr, server);
@@ -338,8 +338,8 @@ impl Demo {
                 Kind::Echo => {
                     for i in 0..ECHO_ROUNDS {
                         let size = 1024 << (i % 7);
-                        let payload = servers::pattern(size, i as u64);
-                        let took = servers::echo_round_trip(f.addr, &payload, &f.client)?;
+                        let payload = testkit::pattern(size, i as u64);
+                        let took = testkit::echo_round_trip(f.addr, &payload, &f.client)?;
                         println!(
                             "xtask: echo via {} ({}): {size} bytes back intact in {:.2} ms",
                             f.addr,
@@ -371,8 +371,8 @@ impl Demo {
         Ok(())
     }
 
-    fn push(&self, f: &Front, bytes: u64) -> Result<servers::Push> {
-        servers::push_to_sink(
+    fn push(&self, f: &Front, bytes: u64) -> Result<testkit::Push> {
+        testkit::push_to_sink(
             f.addr,
             bytes,
             false,
@@ -390,8 +390,8 @@ impl Demo {
         for f in &self.fronts {
             let result = match f.kind {
                 Kind::Echo => {
-                    let payload = servers::pattern(TICK_ECHO_BYTES, elapsed.as_secs());
-                    servers::echo_round_trip(f.addr, &payload, &f.client)
+                    let payload = testkit::pattern(TICK_ECHO_BYTES, elapsed.as_secs());
+                    testkit::echo_round_trip(f.addr, &payload, &f.client)
                 }
                 Kind::Sink { .. } => self.push(f, TICK_SINK_BYTES).map(|p| p.elapsed),
             };
@@ -673,7 +673,7 @@ mod tests {
     /// A demo wired by hand: one frontend `fe` on an unused address, one backend `be`
     /// with server `s1` = a sink started on port 0.
     fn tiny_demo() -> Demo {
-        let sink = Server::start(
+        let sink = Backend::start(
             "127.0.0.1:0".parse().expect("a"),
             Kind::Sink { report: false },
         )
@@ -709,7 +709,7 @@ mod tests {
              be,s1,0,{s1_bin},0,\nbe,BACKEND,0,{s1_bin},0,\n"
         );
         ShuntView {
-            rows: servers::parse_show_stat(&csv).expect("csv"),
+            rows: testkit::parse_show_stat(&csv).expect("csv"),
             info: BTreeMap::new(),
         }
     }

@@ -3,9 +3,10 @@
 //!
 //! Owns: the workspace's paths (`workspace_root`, `target_dir`), the release build
 //! (`build_release`), the set-up steps (`setup`), the eBPF pipeline (`ebpf`, also
-//! included by proxy/build.rs), child processes and signals (`proc`), the in-process
-//! backends and the stats socket client (`servers`), the configuration scan
-//! (`layout`) and the units of the printed figures (`units`).
+//! included by proxy/build.rs), child processes and signals (`proc`), the configuration
+//! scan (`layout`) and the units of the printed figures (`units`). The in-process
+//! backends and the stats socket client are shared with the tests too, in
+//! `shunt_testkit` (tests/kit).
 //!
 //! Invariant: nothing here parses xtask's command line or decides the order of a
 //! command's steps; that stays in the binaries.
@@ -13,7 +14,6 @@
 pub mod ebpf;
 pub mod layout;
 pub mod proc;
-pub mod servers;
 pub mod setup;
 pub mod units;
 

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 
+use shunt_testkit::{self as testkit, Backend, Counters, Kind};
 use xtask::proc::{self, ChildGuard};
-use xtask::servers::{self, Counters, Kind, Server};
 use xtask::units::{gbits, human};
 
 /// Default bound of one push, in seconds.
@@ -288,7 +288,7 @@ pub fn config_text(
 }
 
 fn measure(t: &Target, size: u64, limit: Duration) -> Result<Measure> {
-    let sink = Server::start("127.0.0.1:0".parse()?, Kind::Sink { report: true })?;
+    let sink = Backend::start("127.0.0.1:0".parse()?, Kind::Sink { report: true })?;
     let front = SocketAddr::from(([127, 0, 0, 1], free_port()?));
     let dir = xtask::target_dir().join("xtask");
     std::fs::create_dir_all(&dir)?;
@@ -319,7 +319,7 @@ fn measure(t: &Target, size: u64, limit: Duration) -> Result<Measure> {
     let client = std::sync::Arc::new(Counters::default());
     let cpu0 = proc::cpu_seconds(pid)?;
     let host0 = host_busy_seconds()?;
-    let push = servers::push_to_sink(
+    let push = testkit::push_to_sink(
         front,
         size,
         true,
@@ -381,7 +381,7 @@ struct Counted {
 /// (`CumConns`), so every flow so far is counted in its mode's counter and its bytes.
 fn settled(child: &mut ChildGuard, cli: &Path, min_conns: u64) -> Result<Counted> {
     let info = settled_info(child, cli, min_conns)?;
-    let rows = servers::parse_show_stat(&servers::cli_command(cli, "show stat")?)?;
+    let rows = testkit::parse_show_stat(&testkit::cli_command(cli, "show stat")?)?;
     let fe = rows
         .iter()
         .find(|r| r.get("svname") == "FRONTEND")
@@ -402,10 +402,10 @@ fn settled_info(
     let end = Instant::now() + SETTLE_LIMIT;
     loop {
         child.check_alive()?;
-        let state = servers::cli_command(cli, "show info").and_then(|text| {
-            let info = servers::parse_show_info(&text);
-            let cum = servers::info_num(&info, "CumConns")?;
-            let cur = servers::info_num(&info, "CurrConns")?;
+        let state = testkit::cli_command(cli, "show info").and_then(|text| {
+            let info = testkit::parse_show_info(&text);
+            let cum = testkit::info_num(&info, "CumConns")?;
+            let cur = testkit::info_num(&info, "CurrConns")?;
             Ok((info, cum, cur))
         });
         match state {
@@ -432,12 +432,12 @@ fn verify_flow(
     want: &str,
     size: u64,
 ) -> Result<(&'static str, Option<String>)> {
-    let conns = servers::info_num(&before.info, "CumConns")?;
+    let conns = testkit::info_num(&before.info, "CumConns")?;
     let after = settled(child, cli, conns + 1)?;
     let mut deltas = Vec::new();
     for (mode, key) in FLOW_COUNTERS {
-        let d = servers::info_num(&after.info, key)?
-            .checked_sub(servers::info_num(&before.info, key)?)
+        let d = testkit::info_num(&after.info, key)?
+            .checked_sub(testkit::info_num(&before.info, key)?)
             .with_context(|| format!("show info: {key} went down"))?;
         deltas.push((mode, key, d));
     }
@@ -451,11 +451,11 @@ fn verify_flow(
     let note = if used == "sockmap" {
         let mut parts = Vec::new();
         for key in KERNEL_FIELDS {
-            let d = servers::info_num(&after.info, key)?
-                .saturating_sub(servers::info_num(&before.info, key)?);
+            let d = testkit::info_num(&after.info, key)?
+                .saturating_sub(testkit::info_num(&before.info, key)?);
             parts.push(format!("{key} +{d}"));
         }
-        let peak = servers::info_num(&after.info, "SockmapInflightPeak")?;
+        let peak = testkit::info_num(&after.info, "SockmapInflightPeak")?;
         parts.push(format!("SockmapInflightPeak {peak}"));
         Some(parts.join(", "))
     } else {

@@ -29,8 +29,8 @@ use anyhow::{bail, ensure, Context, Result};
 use crate::load::{self, IdleServer};
 use crate::peers::{self, Extras, Kind, Peer, Running};
 use crate::report::{self, Sample};
+use shunt_testkit::{self as testkit, Backend};
 use xtask::proc::{self, ChildGuard};
-use xtask::servers::{self, Server};
 
 /// Rounds per scenario unless `--rounds` says otherwise (the issue asks for at least 3).
 pub const DEFAULT_ROUNDS: usize = 3;
@@ -376,7 +376,7 @@ fn shared_scenarios(ctx: &mut Ctx, scenarios: &[&str]) -> Result<()> {
         true,
     )?;
     redis.wait_for_port(redis_addr, Duration::from_secs(10))?;
-    let echo = Server::start("127.0.0.1:0".parse()?, servers::Kind::Echo)?;
+    let echo = Backend::start("127.0.0.1:0".parse()?, testkit::Kind::Echo)?;
     let mut routes = BTreeMap::new();
     routes.insert("iperf".to_string(), iperf_addr);
     routes.insert("redis".to_string(), redis_addr);
@@ -442,14 +442,14 @@ fn shared_scenarios(ctx: &mut Ctx, scenarios: &[&str]) -> Result<()> {
 /// with (an error if none were). Flows the mode handed to another path (sockmap falls
 /// back to splice or copy for a flow it cannot take) are reported, not failed.
 fn mode_check(sock: &Path, mode: &str) -> Result<String> {
-    let info = servers::parse_show_info(&servers::cli_command(sock, "show info")?);
+    let info = testkit::parse_show_info(&testkit::cli_command(sock, "show info")?);
     let mut counts = Vec::new();
     for (m, key) in [
         ("sockmap", "SockmapFlows"),
         ("splice", "SpliceFlows"),
         ("copy", "CopyFlows"),
     ] {
-        counts.push((m, key, servers::info_num(&info, key)?));
+        counts.push((m, key, testkit::info_num(&info, key)?));
     }
     let summary = counts
         .iter()
@@ -602,7 +602,7 @@ fn idle_scenario(ctx: &mut Ctx) -> Result<()> {
 /// (direct as the floor).
 fn cork_scenario(ctx: &mut Ctx) -> Result<()> {
     println!("xtask: bench: cork probe (tune.pipesize {CORK_PIPESIZE})");
-    let echo = Server::start("127.0.0.1:0".parse()?, servers::Kind::Echo)?;
+    let echo = Backend::start("127.0.0.1:0".parse()?, testkit::Kind::Echo)?;
     let mut routes = BTreeMap::new();
     routes.insert("echo".to_string(), echo.addr);
     let extras = Extras {
@@ -675,7 +675,7 @@ pub fn cork_metric(size: usize) -> &'static str {
 fn cli_scenario(ctx: &mut Ctx) -> Result<()> {
     let lines = ctx.plan.cli_lines;
     println!("xtask: bench: cli ({lines} add map lines)");
-    let echo = Server::start("127.0.0.1:0".parse()?, servers::Kind::Echo)?;
+    let echo = Backend::start("127.0.0.1:0".parse()?, testkit::Kind::Echo)?;
     let mut routes = BTreeMap::new();
     routes.insert("echo".to_string(), echo.addr);
     // One shunt (the forwarding mode does not matter to the CLI) and plain HAProxy.
