@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 
 use crate::peers;
+use crate::report::quantile;
 use shunt_testkit::{relay, stats, Server};
 use xtask::proc::{self, ChildGuard};
 
@@ -537,15 +538,6 @@ fn start_echo() -> Result<Server> {
     Ok(echo)
 }
 
-/// The value at quantile `q` of sorted `v` (nearest rank).
-pub(crate) fn quantile(v: &[u64], q: f64) -> u64 {
-    if v.is_empty() {
-        return 0;
-    }
-    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
-    v[rank - 1]
-}
-
 /// Microseconds as milliseconds with three decimals.
 pub(crate) fn ms(us: u64) -> String {
     format!("{:.3}", us as f64 / 1000.0)
@@ -611,16 +603,6 @@ fn render(plan: &Plan, results: &[Outcome]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quantiles_by_nearest_rank() {
-        let v: Vec<u64> = (1..=1000).collect();
-        assert_eq!(quantile(&v, 0.5), 500);
-        assert_eq!(quantile(&v, 0.99), 990);
-        assert_eq!(quantile(&v, 0.999), 999);
-        assert_eq!(quantile(&v, 1.0), 1000);
-        assert_eq!(quantile(&[], 0.5), 0);
-    }
 
     #[test]
     fn config_routes_through_the_map_and_sets_the_knob() {

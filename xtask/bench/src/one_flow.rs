@@ -24,11 +24,13 @@
 //! command fails if any run failed.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+
+use crate::peers;
 
 use shunt_testkit::{self as testkit, Backend, Counters, Kind};
 use xtask::proc::{self, ChildGuard};
@@ -42,8 +44,6 @@ const START_LIMIT: Duration = Duration::from_secs(15);
 const SETTLE_LIMIT: Duration = Duration::from_secs(5);
 /// Pause between two stats socket polls.
 const SETTLE_POLL: Duration = Duration::from_millis(20);
-/// Longest Unix socket path (sun_path is 108 bytes with its NUL; keep a margin).
-const MAX_SOCK_PATH: usize = 100;
 /// Bytes a reporting sink answers after EOF (its count, big-endian u64).
 const SINK_ANSWER: u64 = 8;
 const MODES: &[&str] = &["auto", "sockmap", "splice", "copy"];
@@ -255,11 +255,6 @@ fn print_table(size: u64, results: &[(String, Result<Measure>)]) {
 }
 
 /// A loopback port nobody listens on right now.
-fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").context("cannot bind a free port")?;
-    Ok(l.local_addr()?.port())
-}
-
 /// The configuration of one run: one listen section in front of the sink, and a stats
 /// socket when `stats` is given.
 pub fn config_text(
@@ -289,7 +284,7 @@ pub fn config_text(
 
 fn measure(t: &Target, size: u64, limit: Duration) -> Result<Measure> {
     let sink = Backend::start("127.0.0.1:0".parse()?, Kind::Sink { report: true })?;
-    let front = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let front = SocketAddr::from(([127, 0, 0, 1], peers::free_port()?));
     let dir = xtask::target_dir().join("xtask");
     std::fs::create_dir_all(&dir)?;
     let slug = t.label.replace(' ', "-");
@@ -358,16 +353,10 @@ fn measure(t: &Target, size: u64, limit: Duration) -> Result<Measure> {
     })
 }
 
-/// The stats socket of a run: next to its configuration, or in the temporary directory
-/// when that path is too long for a Unix socket.
+/// The stats socket of a run: next to its configuration (or in the temporary directory
+/// when that path is too long for a Unix socket).
 fn socket_path(dir: &Path, slug: &str) -> PathBuf {
-    let name = format!("bench-{slug}.sock");
-    let near = dir.join(&name);
-    if near.as_os_str().len() <= MAX_SOCK_PATH {
-        near
-    } else {
-        std::env::temp_dir().join(format!("shunt-{}-{name}", std::process::id()))
-    }
+    peers::socket_path(dir, &format!("bench-{slug}.sock"))
 }
 
 /// What shunt had counted at one moment: `show info` and its FRONTEND bytes.
@@ -580,7 +569,7 @@ mod tests {
         assert_eq!(short, PathBuf::from("/tmp/x/bench-shunt-sockmap.sock"));
         let long = socket_path(Path::new(&"/d".repeat(60)), "shunt-sockmap");
         assert!(
-            long.as_os_str().len() <= MAX_SOCK_PATH,
+            long.as_os_str().len() <= peers::MAX_SOCK_PATH,
             "{}",
             long.display()
         );

@@ -13,7 +13,7 @@
 //! forwards); `direct` starts nothing and its frontends are the backends themselves.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ pub const PROXY_MAXPIPES: u32 = 256;
 /// Where Debian's nginx keeps its stream module.
 const NGINX_STREAM_MODULE: &str = "/usr/lib/nginx/modules/ngx_stream_module.so";
 /// Longest Unix socket path (sun_path is 108 bytes with its NUL; keep a margin).
-const MAX_SOCK_PATH: usize = 100;
+pub(crate) const MAX_SOCK_PATH: usize = 100;
 
 /// What kind of process a peer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,8 +172,7 @@ impl Running {
 
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").context("cannot bind a free port")?;
-    Ok(l.local_addr()?.port())
+    shunt_testkit::free_port().context("cannot bind a free port")
 }
 
 /// Starts `peer` with one frontend per route (`routes`: name → backend address), in

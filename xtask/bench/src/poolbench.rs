@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 
 use crate::delay::{self, Wire};
-use crate::latency::{ms, quantile};
+use crate::latency::ms;
 use crate::peers;
+use crate::report::quantile;
 use shunt_testkit::{self as testkit, Server};
 use xtask::proc::{self, ChildGuard};
 

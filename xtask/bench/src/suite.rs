@@ -28,7 +28,7 @@ use anyhow::{bail, ensure, Context, Result};
 
 use crate::load::{self, IdleServer};
 use crate::peers::{self, Extras, Kind, Peer, Running};
-use crate::report::{self, Sample};
+use crate::report::{self, quantile, Sample};
 use shunt_testkit::{self as testkit, Backend};
 use xtask::proc::{self, ChildGuard};
 
@@ -531,15 +531,6 @@ fn measure_shared(
     }
 }
 
-/// The q-quantile of sorted durations (nearest rank).
-fn quantile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
-
 /// RSS of each proxy holding `idle_flows` idle flows; a fresh instance per measurement.
 fn idle_scenario(ctx: &mut Ctx) -> Result<()> {
     let n = ctx.plan.idle_flows;
@@ -757,15 +748,6 @@ mod tests {
         assert_eq!(limits(20_000, 10_000), (9_494, 9_244));
         assert_eq!(limits(1524, 10_000), (256, 6));
         assert_eq!(limits(100, 10_000), (0, 0));
-    }
-
-    #[test]
-    fn quantiles_by_nearest_rank() {
-        let t: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
-        assert_eq!(quantile(&t, 0.5), Duration::from_millis(50));
-        assert_eq!(quantile(&t, 0.99), Duration::from_millis(99));
-        assert_eq!(quantile(&t[..1], 0.99), Duration::from_millis(1));
-        assert_eq!(quantile(&[], 0.5), Duration::ZERO);
     }
 
     #[test]
