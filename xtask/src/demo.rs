@@ -160,7 +160,7 @@ pub fn run(config: &Path, duration: Option<u64>, shunt: Option<PathBuf>) -> Resu
     println!("xtask: shunt (pid {}) is accepting", shunt.pid());
     match &demo.cli {
         Some(cli) => {
-            let info = wait_cli(&mut shunt, cli)?;
+            let info = shunt.wait_for_stats(cli, START_LIMIT)?;
             let field = |k: &str| info.get(k).cloned().unwrap_or_else(|| "?".into());
             println!(
                 "xtask: stats socket {} answers: Forward_mode: {}, Bpf: {}",
@@ -213,22 +213,6 @@ pub fn run(config: &Path, duration: Option<u64>, shunt: Option<PathBuf>) -> Resu
         status.map(|s| format!(" ({s})")).unwrap_or_default()
     );
     checked
-}
-
-/// Waits until the stats socket answers `show info` (shunt binds it at start, next to
-/// its listeners); fails if shunt dies or `START_LIMIT` passes.
-fn wait_cli(shunt: &mut ChildGuard, cli: &Path) -> Result<BTreeMap<String, String>> {
-    let end = Instant::now() + START_LIMIT;
-    loop {
-        shunt.check_alive()?;
-        match testkit::cli_command(cli, "show info") {
-            Ok(text) => return Ok(testkit::parse_show_info(&text)),
-            Err(e) if Instant::now() >= end => {
-                return Err(e.context(format!("no answer within {START_LIMIT:?}")))
-            }
-            Err(_) => std::thread::sleep(SETTLE_POLL),
-        }
-    }
 }
 
 fn resolve(config: &Path) -> PathBuf {

@@ -220,6 +220,7 @@ fn run_setup(
         true,
     )?;
     guard.wait_for_port(front, START_LIMIT)?;
+    guard.wait_for_stats(&sock, START_LIMIT)?;
     cli(&sock, "set profiling tasks on")?;
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -242,6 +242,9 @@ pub fn start(
     for addr in fronts.values() {
         guard.wait_for_port(*addr, START_LIMIT)?;
     }
+    if let Some(sock) = &stats_socket {
+        guard.wait_for_stats(sock, START_LIMIT)?;
+    }
     Ok(Running {
         peer,
         fronts,

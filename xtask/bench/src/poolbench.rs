@@ -227,6 +227,7 @@ fn start_shunt(env: &Env, nbthread: u32, kw: &str) -> Result<Proxy> {
         true,
     )?;
     guard.wait_for_port(front, IO_LIMIT)?;
+    guard.wait_for_stats(&sock, IO_LIMIT)?;
     Ok(Proxy { guard, front, sock })
 }
 
