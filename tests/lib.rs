@@ -5,25 +5,32 @@
 //! Tests find the binary with [`shunt_bin`]: `$SHUNT_BIN`, else the workspace's
 //! `target/debug/shunt` (built by `cargo xtask test` before the tests run).
 //!
-//! The reload tests' helpers (configurations, the connection loop, long-lived
-//! flows) are in [`reload`].
+//! The servers, the pattern streams, the stats socket client and the `show stat` /
+//! `show info` parsers are the ones the demo and the bench use too (crate
+//! `shunt_testkit`, tests/kit); here they are re-exported, or wrapped into the
+//! panicking form a test wants. The reload tests' helpers (configurations, the
+//! connection loop, long-lived flows) are in [`reload`].
 
 #[path = "harness/reload.rs"]
 pub mod reload;
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use shunt_testkit::stats;
+pub use shunt_testkit::{echo_until_eof, pattern, Server};
 
 /// How long shunt may take to start listening.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shunt may take to exit after SIGTERM.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `cli` waits for each read of an answer.
+const CLI_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Path of the shunt binary under test.
 pub fn shunt_bin() -> PathBuf {
@@ -41,8 +48,7 @@ pub fn shunt_bin() -> PathBuf {
 
 /// A port free at the time of the call (bind to 0, read it, close).
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local_addr").port()
+    shunt_testkit::free_port().expect("bind 127.0.0.1:0")
 }
 
 /// A loopback address where nobody listens, reserved while this lives: a TCP
@@ -251,102 +257,6 @@ impl Drop for Shunt {
     }
 }
 
-/// A listening test server on 127.0.0.1:0 whose connections are served by
-/// `handler` on their own threads. Stops accepting when dropped.
-pub struct Server {
-    pub addr: SocketAddr,
-    pub accepted: Arc<AtomicUsize>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Server {
-    pub fn start<F>(handler: F) -> Server
-    where
-        F: Fn(TcpStream) + Send + Sync + 'static,
-    {
-        // A deep backlog: tests open up to 1000 connections at once.
-        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-            .expect("server socket");
-        sock.set_reuse_address(true).expect("reuseaddr");
-        sock.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
-            .expect("bind server");
-        sock.listen(4096).expect("listen");
-        Self::serve(sock.into(), handler)
-    }
-
-    pub fn serve<F>(l: TcpListener, handler: F) -> Server
-    where
-        F: Fn(TcpStream) + Send + Sync + 'static,
-    {
-        let addr = l.local_addr().expect("addr");
-        l.set_nonblocking(true).expect("nonblocking");
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let handler = Arc::new(handler);
-        let (acc, st) = (accepted.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            while !st.load(Ordering::Relaxed) {
-                match l.accept() {
-                    Ok((s, _)) => {
-                        s.set_nonblocking(false).expect("blocking");
-                        acc.fetch_add(1, Ordering::Relaxed);
-                        let h = handler.clone();
-                        std::thread::spawn(move || h(s));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        });
-        Server {
-            addr,
-            accepted,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    /// An echo server: writes back everything, then closes after EOF.
-    pub fn echo() -> Server {
-        Self::start(|mut s| echo_until_eof(&mut s))
-    }
-
-    /// A server that first writes its tag byte, then echoes until EOF (tells
-    /// a test which server a flow reached).
-    pub fn tagged_echo(tag: u8) -> Server {
-        Self::start(move |mut s| {
-            if s.write_all(&[tag]).is_ok() {
-                echo_until_eof(&mut s);
-            }
-        })
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Write back everything read from `s`, then shut its write side after EOF.
-pub fn echo_until_eof(s: &mut TcpStream) {
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if s.write_all(&buf[..n]).is_err() {
-                    break;
-                }
-            }
-        }
-    }
-    let _ = s.shutdown(Shutdown::Write);
-}
-
 /// Connect with a bounded retry (shunt may be just starting).
 pub fn connect(addr: SocketAddr) -> TcpStream {
     let t0 = Instant::now();
@@ -357,20 +267,6 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
-}
-
-/// Deterministic pseudo-random bytes (xorshift), cheap enough for 64 MiB.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    v
 }
 
 /// SHA-256 hex of a byte slice.
@@ -415,43 +311,29 @@ pub fn simple_config(port: u16, servers: &[SocketAddr], extra_backend: &str) -> 
     cfg
 }
 
-/// Ask a stats socket one command (non-interactive) and return the answer.
+/// Ask a stats socket one command (non-interactive) and return the answer; waits up
+/// to `CLI_READ_TIMEOUT` for each read, as long as it takes to write, and reads the
+/// whole answer.
 pub fn cli(sock: &Path, cmd: &str) -> String {
-    use std::os::unix::net::UnixStream;
-    let mut s =
-        UnixStream::connect(sock).unwrap_or_else(|e| panic!("connect {}: {e}", sock.display()));
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    s.write_all(format!("{cmd}\n").as_bytes())
-        .expect("write cmd");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("read answer");
-    out
+    let bounds = stats::Bounds {
+        read: Some(CLI_READ_TIMEOUT),
+        write: None,
+        max_answer: u64::MAX,
+    };
+    stats::command(sock, cmd, bounds).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// `show stat` as rows of (pxname, svname) → column → value.
-pub fn show_stat(sock: &Path) -> Vec<std::collections::HashMap<String, String>> {
-    let text = cli(sock, "show stat");
-    let mut lines = text.lines();
-    let header = lines.next().expect("header");
-    let cols: Vec<String> = header
-        .trim_start_matches("# ")
-        .split(',')
-        .map(str::to_owned)
-        .collect();
-    lines
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            cols.iter()
-                .cloned()
-                .zip(l.split(',').map(str::to_owned))
-                .collect()
-        })
+pub fn show_stat(sock: &Path) -> Vec<HashMap<String, String>> {
+    stats::parse_show_stat(&cli(sock, "show stat"))
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .into_iter()
+        .map(|row| row.0.into_iter().collect())
         .collect()
 }
 
 /// The `show stat` row of (pxname, svname), column → value; panics when absent.
-pub fn stat_row(sock: &Path, px: &str, sv: &str) -> std::collections::HashMap<String, String> {
+pub fn stat_row(sock: &Path, px: &str, sv: &str) -> HashMap<String, String> {
     show_stat(sock)
         .into_iter()
         .find(|r| {
@@ -480,11 +362,9 @@ pub fn eventually(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 }
 
 /// `show info` as key → value.
-pub fn show_info(sock: &Path) -> std::collections::HashMap<String, String> {
-    cli(sock, "show info")
-        .lines()
-        .filter_map(|l| l.split_once(": "))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+pub fn show_info(sock: &Path) -> HashMap<String, String> {
+    stats::parse_show_info(&cli(sock, "show info"))
+        .into_iter()
         .collect()
 }
 

@@ -28,8 +28,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 
-use crate::proc::{self, ChildGuard};
-use crate::servers::{self, Counters, Kind, Server, Snapshot, StatRow};
+use shunt_testkit::{self as testkit, Backend, Counters, Kind, Snapshot, StatRow};
+use xtask::layout::{scan, Layout};
+use xtask::proc::{self, ChildGuard};
+use xtask::units::{gbits, human};
 
 pub const DEFAULT_CONFIG: &str = "examples/demo.cfg";
 /// Ports of the echo servers the demo starts.
@@ -72,85 +74,6 @@ const SOCKMAP_FIELDS: [&str; 4] = [
     "SockmapRedirectErrors",
 ];
 
-/// What the demo configuration declares, as far as the demo needs it.
-#[derive(Debug, Default, PartialEq)]
-pub struct Layout {
-    /// (name, bind ports, backend name)
-    pub frontends: Vec<(String, Vec<u16>, Option<String>)>,
-    /// (name, servers as (name, address))
-    pub backends: Vec<(String, Vec<(String, SocketAddr)>)>,
-    /// The first Unix `stats socket` of the global section.
-    pub stats_socket: Option<PathBuf>,
-}
-
-/// Reads the sections of a HAProxy-style file that route traffic. Tolerant: lines the
-/// demo does not need are ignored (shunt itself validates the file).
-pub fn scan(text: &str) -> Layout {
-    let mut layout = Layout::default();
-    // Index into frontends / backends of the current section, if any.
-    let mut fe: Option<usize> = None;
-    let mut be: Option<usize> = None;
-    let mut global = false;
-    for line in text.lines() {
-        let line = line.split('#').next().unwrap_or("");
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let Some(&kw) = words.first() else { continue };
-        let arg = words.get(1).map(|s| s.trim_matches('"').to_string());
-        match kw {
-            "global" | "defaults" => {
-                fe = None;
-                be = None;
-                global = kw == "global";
-            }
-            "stats" if global && arg.as_deref() == Some("socket") => {
-                let path = words.get(2).map(|p| p.trim_matches('"'));
-                let path = path.map(|p| p.strip_prefix("unix@").unwrap_or(p));
-                if let Some(p) = path.filter(|p| !p.contains('@')) {
-                    layout.stats_socket.get_or_insert_with(|| PathBuf::from(p));
-                }
-            }
-            "frontend" | "backend" | "listen" => {
-                let name = arg.unwrap_or_default();
-                fe = None;
-                be = None;
-                global = false;
-                if kw != "backend" {
-                    let backend = (kw == "listen").then(|| name.clone());
-                    layout.frontends.push((name.clone(), Vec::new(), backend));
-                    fe = Some(layout.frontends.len() - 1);
-                }
-                if kw != "frontend" {
-                    layout.backends.push((name, Vec::new()));
-                    be = Some(layout.backends.len() - 1);
-                }
-            }
-            "bind" => {
-                if let (Some(i), Some(addrs)) = (fe, arg) {
-                    let ports = addrs
-                        .split(',')
-                        .filter_map(|a| a.rsplit(':').next()?.parse::<u16>().ok());
-                    layout.frontends[i].1.extend(ports);
-                }
-            }
-            "default_backend" | "use_backend" => {
-                if let (Some(i), Some(name)) = (fe, arg) {
-                    if kw == "default_backend" || layout.frontends[i].2.is_none() {
-                        layout.frontends[i].2 = Some(name);
-                    }
-                }
-            }
-            "server" => {
-                let addr = words.get(2).and_then(|a| a.parse().ok());
-                if let (Some(i), Some(name), Some(addr)) = (be, arg, addr) {
-                    layout.backends[i].1.push((name, addr));
-                }
-            }
-            _ => {}
-        }
-    }
-    layout
-}
-
 fn role(addr: &SocketAddr) -> Option<Kind> {
     if !addr.ip().is_loopback() {
         return None;
@@ -175,7 +98,7 @@ struct Front {
 struct Demo {
     layout: Layout,
     fronts: Vec<Front>,
-    servers: BTreeMap<SocketAddr, Server>,
+    servers: BTreeMap<SocketAddr, Backend>,
     /// shunt's stats socket, when the configuration declares one.
     cli: Option<PathBuf>,
 }
@@ -188,8 +111,8 @@ struct ShuntView {
 
 impl ShuntView {
     fn query(cli: &Path) -> Result<Self> {
-        let rows = servers::parse_show_stat(&servers::cli_command(cli, "show stat")?)?;
-        let info = servers::parse_show_info(&servers::cli_command(cli, "show info")?);
+        let rows = testkit::parse_show_stat(&testkit::cli_command(cli, "show stat")?)?;
+        let info = testkit::parse_show_info(&testkit::cli_command(cli, "show info")?);
         Ok(Self { rows, info })
     }
 
@@ -220,12 +143,12 @@ pub fn run(config: &Path, duration: Option<u64>, shunt: Option<PathBuf>) -> Resu
     let demo = Demo::new(scan(&text))?;
     let bin = match shunt {
         Some(b) => b,
-        None => crate::build_release()?,
+        None => xtask::build_release()?,
     };
     proc::catch_stop_signals()?;
     demo.ports_free()?;
     let config_arg = config.to_string_lossy().into_owned();
-    let log = crate::target_dir().join("xtask").join("demo-shunt.log");
+    let log = xtask::target_dir().join("xtask").join("demo-shunt.log");
     let mut shunt = ChildGuard::spawn("shunt", &bin, &["-f", &config_arg], &log, true)?;
     for f in &demo.fronts {
         shunt.wait_for_port(f.addr, START_LIMIT)?;
@@ -237,7 +160,7 @@ pub fn run(config: &Path, duration: Option<u64>, shunt: Option<PathBuf>) -> Resu
     println!("xtask: shunt (pid {}) is accepting", shunt.pid());
     match &demo.cli {
         Some(cli) => {
-            let info = wait_cli(&mut shunt, cli)?;
+            let info = shunt.wait_for_stats(cli, START_LIMIT)?;
             let field = |k: &str| info.get(k).cloned().unwrap_or_else(|| "?".into());
             println!(
                 "xtask: stats socket {} answers: Forward_mode: {}, Bpf: {}",
@@ -292,27 +215,11 @@ pub fn run(config: &Path, duration: Option<u64>, shunt: Option<PathBuf>) -> Resu
     checked
 }
 
-/// Waits until the stats socket answers `show info` (shunt binds it at start, next to
-/// its listeners); fails if shunt dies or `START_LIMIT` passes.
-fn wait_cli(shunt: &mut ChildGuard, cli: &Path) -> Result<BTreeMap<String, String>> {
-    let end = Instant::now() + START_LIMIT;
-    loop {
-        shunt.check_alive()?;
-        match servers::cli_command(cli, "show info") {
-            Ok(text) => return Ok(servers::parse_show_info(&text)),
-            Err(e) if Instant::now() >= end => {
-                return Err(e.context(format!("no answer within {START_LIMIT:?}")))
-            }
-            Err(_) => std::thread::sleep(SETTLE_POLL),
-        }
-    }
-}
-
 fn resolve(config: &Path) -> PathBuf {
     if config.is_absolute() || config.exists() {
         return config.to_path_buf();
     }
-    crate::workspace_root().join(config)
+    xtask::workspace_root().join(config)
 }
 
 impl Demo {
@@ -327,7 +234,7 @@ impl Demo {
                     println!("xtask: server {name} {addr}: not a demo backend, not started");
                     continue;
                 };
-                let server = Server::start(*addr, kind).with_context(|| {
+                let server = Backend::start(*addr, kind).with_context(|| {
                     format!("cannot start the demo backend {name} on {addr} (port in use?)")
                 })?;
                 servers.insert(*addr, server);
@@ -415,8 +322,8 @@ impl Demo {
                 Kind::Echo => {
                     for i in 0..ECHO_ROUNDS {
                         let size = 1024 << (i % 7);
-                        let payload = servers::pattern(size, i as u64);
-                        let took = servers::echo_round_trip(f.addr, &payload, &f.client)?;
+                        let payload = testkit::pattern(size, i as u64);
+                        let took = testkit::echo_round_trip(f.addr, &payload, &f.client)?;
                         println!(
                             "xtask: echo via {} ({}): {size} bytes back intact in {:.2} ms",
                             f.addr,
@@ -448,8 +355,8 @@ impl Demo {
         Ok(())
     }
 
-    fn push(&self, f: &Front, bytes: u64) -> Result<servers::Push> {
-        servers::push_to_sink(
+    fn push(&self, f: &Front, bytes: u64) -> Result<testkit::Push> {
+        testkit::push_to_sink(
             f.addr,
             bytes,
             false,
@@ -467,8 +374,8 @@ impl Demo {
         for f in &self.fronts {
             let result = match f.kind {
                 Kind::Echo => {
-                    let payload = servers::pattern(TICK_ECHO_BYTES, elapsed.as_secs());
-                    servers::echo_round_trip(f.addr, &payload, &f.client)
+                    let payload = testkit::pattern(TICK_ECHO_BYTES, elapsed.as_secs());
+                    testkit::echo_round_trip(f.addr, &payload, &f.client)
                 }
                 Kind::Sink { .. } => self.push(f, TICK_SINK_BYTES).map(|p| p.elapsed),
             };
@@ -529,7 +436,7 @@ impl Demo {
                     .fronts
                     .iter()
                     .filter(|f| &f.name == name)
-                    .fold(Snapshot::default(), |acc, f| acc.add(f.client.snapshot()));
+                    .fold(Snapshot::default(), |acc, f| acc + f.client.snapshot());
                 (name.as_str(), sum)
             })
             .collect()
@@ -674,7 +581,7 @@ impl Demo {
                     .get(addr)
                     .map(|s| s.counters.snapshot())
                     .unwrap_or_default();
-                sum = sum.add(s);
+                sum = sum + s;
                 row(name, sv, s);
             }
             row(name, "BACKEND", sum);
@@ -720,84 +627,13 @@ fn print_shunt(cli: &Path, view: &ShuntView) {
     }
 }
 
-pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
-pub fn gbits(bytes: u64, d: Duration) -> f64 {
-    bytes as f64 * 8.0 / d.as_secs_f64().max(1e-9) / 1e9
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const SAMPLE: &str = "\
-global
-    nbthread 2   # comment
-    stats socket /tmp/a.sock mode 600 level admin
-    stats socket /tmp/b.sock
-defaults
-    mode tcp
-frontend fe_echo
-    bind 127.0.0.1:10080
-    default_backend be_echo
-backend be_echo
-    balance roundrobin
-    server e1 127.0.0.1:10081 weight 1
-    server e2 127.0.0.1:10082
-listen sink
-    bind :10090,127.0.0.1:10095
-    server s1 127.0.0.1:10091 maxconn 10
-";
-
-    #[test]
-    fn scan_finds_routes_binds_and_servers() {
-        let l = scan(SAMPLE);
-        assert_eq!(
-            l.frontends,
-            vec![
-                ("fe_echo".into(), vec![10080], Some("be_echo".into())),
-                ("sink".into(), vec![10090, 10095], Some("sink".into())),
-            ]
-        );
-        assert_eq!(l.backends.len(), 2);
-        assert_eq!(l.backends[0].0, "be_echo");
-        assert_eq!(
-            l.backends[0].1,
-            vec![
-                ("e1".into(), "127.0.0.1:10081".parse().expect("addr")),
-                ("e2".into(), "127.0.0.1:10082".parse().expect("addr")),
-            ]
-        );
-        assert_eq!(l.backends[1].1[0].0, "s1");
-        assert_eq!(l.stats_socket, Some(PathBuf::from("/tmp/a.sock")));
-    }
-
-    #[test]
-    fn stats_socket_only_from_global_and_unix() {
-        let l = scan("frontend f\n    stats socket /tmp/x.sock\n");
-        assert_eq!(l.stats_socket, None, "not in global");
-        let l = scan("global\n    stats socket ipv4@127.0.0.1:9999\n");
-        assert_eq!(l.stats_socket, None, "not a Unix socket");
-        let l = scan("global\n    stats timeout 2m\n    stats socket unix@/run/s.sock\n");
-        assert_eq!(l.stats_socket, Some(PathBuf::from("/run/s.sock")));
-    }
-
     #[test]
     fn the_demo_config_has_a_stats_socket() {
-        let path = crate::workspace_root().join(DEFAULT_CONFIG);
+        let path = xtask::workspace_root().join(DEFAULT_CONFIG);
         let text = std::fs::read_to_string(&path).expect("examples/demo.cfg");
         let l = scan(&text);
         assert!(l.stats_socket.is_some(), "{}", path.display());
@@ -818,17 +654,10 @@ listen sink
         assert_eq!(role(&"10.0.0.1:10081".parse().expect("a")), None);
     }
 
-    #[test]
-    fn human_units() {
-        assert_eq!(human(512), "512 B");
-        assert_eq!(human(8 << 20), "8.0 MiB");
-        assert_eq!(human(3 << 30), "3.0 GiB");
-    }
-
     /// A demo wired by hand: one frontend `fe` on an unused address, one backend `be`
     /// with server `s1` = a sink started on port 0.
     fn tiny_demo() -> Demo {
-        let sink = Server::start(
+        let sink = Backend::start(
             "127.0.0.1:0".parse().expect("a"),
             Kind::Sink { report: false },
         )
@@ -864,7 +693,7 @@ listen sink
              be,s1,0,{s1_bin},0,\nbe,BACKEND,0,{s1_bin},0,\n"
         );
         ShuntView {
-            rows: servers::parse_show_stat(&csv).expect("csv"),
+            rows: testkit::parse_show_stat(&csv).expect("csv"),
             info: BTreeMap::new(),
         }
     }

@@ -3,33 +3,26 @@
 //! Owns the command line of the tool and the order of the steps of each command:
 //! `setup` (toolchain and Debian packages), `build` (release binary with the eBPF
 //! object), `test` (fmt, clippy, debug build, workspace tests), `demo` (shunt in front
-//! of in-process echo/sink backends) and `bench` (shunt in every forwarding mode side by
-//! side with a direct connection, HAProxy and nginx; `--one-flow`: one-flow throughput
-//! and proxy CPU per forwarding mode). The steps themselves live in one module each.
+//! of in-process echo/sink backends) and `bench`, which hands its arguments to the
+//! benchmark lab, the `shunt-bench` crate in xtask/bench (shunt in every forwarding mode
+//! side by side with a direct connection, HAProxy and nginx; `--one-flow`: one-flow
+//! throughput and proxy CPU per forwarding mode). The steps themselves live in one
+//! module each, here or in the xtask library (src/lib.rs) the bench crate shares.
 //!
 //! Invariants: every command is runnable on a fresh Debian machine as root (it installs
 //! what it needs first); every command exits non-zero when any step failed; every child
 //! process started here is stopped before exit (see `proc::ChildGuard`).
 
 mod bench;
-mod delay;
 mod demo;
-mod ebpf;
-mod latency;
-mod load;
-mod peers;
-mod poolbench;
-mod proc;
-mod report;
-mod servers;
-mod setup;
-mod suite;
 mod test;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use xtask::{build_release, setup};
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "Build, test, demo and bench shunt")]
@@ -68,54 +61,14 @@ enum Cmd {
         #[arg(long)]
         shunt: Option<PathBuf>,
     },
-    /// shunt (sockmap, splice, copy) side by side with a direct connection, HAProxy
-    /// (plain and splice-auto) and nginx stream: bulk, request/response, connect, 64 KiB,
-    /// idle-flow memory, splice cork probe, CLI add-map stream. Writes BENCHMARKS.md,
-    /// docs/bench/results.json and docs/bench/*.png (`--quick`: under
-    /// target/xtask/bench/quick unless --out is given).
+    /// The benchmark lab (crate xtask/bench, package `shunt-bench`), run with these
+    /// arguments: `cargo xtask bench --help` lists its flags.
+    #[command(disable_help_flag = true)]
     Bench {
-        /// A reduced set (under 3 minutes).
-        #[arg(long)]
-        quick: bool,
-        /// Rounds per scenario (default 3).
-        #[arg(long)]
-        rounds: Option<usize>,
-        /// Peers to compare (default: all): direct, shunt-sockmap, shunt-splice,
-        /// shunt-copy, haproxy, haproxy-splice, nginx.
-        #[arg(long, value_delimiter = ',')]
-        peers: Option<Vec<String>>,
-        /// Scenarios to run (default: all): bulk-1, bulk-4, rr-1, rr-50, connect,
-        /// rr-64k, idle, cork, cli; and, only when named, sched-latency (new-flow
-        /// latency under heavy CLI work, with and without the one-heavy-per-loop rule)
-        /// and pool-ttfb (warm spares with a server 1 ms away: time to first byte and
-        /// takeover rate; writes docs/bench/pool-ttfb.md).
-        #[arg(long, value_delimiter = ',')]
-        scenarios: Option<Vec<String>>,
-        /// Directory that receives BENCHMARKS.md and docs/bench/.
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// File listing the pid of every process the bench starts (default:
-        /// target/xtask/bench/pids.txt).
-        #[arg(long)]
-        pid_file: Option<PathBuf>,
-        /// The former bench: SIZE bytes through one flow per forwarding mode.
-        #[arg(long)]
-        one_flow: bool,
-        /// --one-flow: bytes per run; suffixes K, M, G (binary: 1G = 1 GiB).
-        #[arg(long, default_value = "1G")]
-        size: String,
-        /// --one-flow: forwarding modes to measure, in order; the first is the baseline.
-        #[arg(long, value_delimiter = ',', default_value = "copy,splice,sockmap")]
-        modes: Vec<String>,
-        /// --one-flow: also measure Debian's haproxy (plain, then `option splice-auto`).
-        #[arg(long)]
-        haproxy: bool,
-        /// --one-flow: give up on one run after this many seconds.
-        #[arg(long, default_value_t = bench::DEFAULT_RUN_TIMEOUT_SECS)]
-        timeout: u64,
-        /// Use this proxy binary instead of building target/release/shunt.
-        #[arg(long)]
-        shunt: Option<PathBuf>,
+        /// Passed unchanged to shunt-bench (--quick, --scenarios, --peers, --rounds,
+        /// --out, --pid-file, --one-flow, --size, --modes, --haproxy, --timeout, --shunt).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_parser = clap::value_parser!(OsString))]
+        args: Vec<OsString>,
     },
 }
 
@@ -136,40 +89,7 @@ fn main() -> ExitCode {
             duration,
             shunt,
         } => demo::run(&config, duration, shunt),
-        Cmd::Bench {
-            quick,
-            rounds,
-            peers,
-            scenarios,
-            out,
-            pid_file,
-            one_flow,
-            size,
-            modes,
-            haproxy,
-            timeout,
-            shunt,
-        } => {
-            if one_flow {
-                bench::run(&bench::Options {
-                    size,
-                    modes,
-                    haproxy,
-                    timeout_secs: timeout,
-                    shunt,
-                })
-            } else {
-                suite::run(&suite::Options {
-                    quick,
-                    rounds,
-                    peers,
-                    scenarios,
-                    shunt,
-                    out,
-                    pid_file,
-                })
-            }
-        }
+        Cmd::Bench { args } => Err(bench::exec(&args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -178,44 +98,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// The workspace root (the parent of this crate's directory).
-pub fn workspace_root() -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest.clone())
-}
-
-/// Cargo's target directory, honouring CARGO_TARGET_DIR.
-pub fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => {
-            let dir = PathBuf::from(dir);
-            if dir.is_absolute() {
-                dir
-            } else {
-                workspace_root().join(dir)
-            }
-        }
-        None => workspace_root().join("target"),
-    }
-}
-
-/// `cargo xtask build`: toolchain, eBPF toolchain check, release build. Returns the path
-/// of the built binary.
-pub fn build_release() -> anyhow::Result<PathBuf> {
-    setup::toolchain()?;
-    ebpf::ensure_toolchain().map_err(|e| anyhow::anyhow!("eBPF toolchain: {e}"))?;
-    proc::cargo(&["build", "--release", "-p", "proxy"])?;
-    let bin = target_dir().join("release").join("shunt");
-    anyhow::ensure!(
-        bin.is_file(),
-        "cargo build succeeded but {} is missing",
-        bin.display()
-    );
-    println!("xtask: built {}", bin.display());
-    Ok(bin)
 }

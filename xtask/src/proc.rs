@@ -2,7 +2,8 @@
 //!
 //! Owns: running a command with its line echoed, the `ChildGuard` that stops a daemon
 //! (SIGTERM, then SIGKILL after `STOP_GRACE`) whatever path leaves the scope, the
-//! SIGINT/SIGTERM flag that interactive commands poll, waiting for a port to accept, and
+//! SIGINT/SIGTERM flag that interactive commands poll, waiting for a port to accept or a
+//! stats socket to answer, and
 //! a process's CPU time from /proc/PID/stat, bounded runs of load tools
 //! (`run_bounded`), the pid file that lists every process started (`set_pid_file`) and
 //! raising `RLIMIT_NOFILE`.
@@ -11,6 +12,7 @@
 //! normal return or error return; its stderr goes to a log file whose tail is quoted
 //! when it dies early.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
@@ -177,10 +179,14 @@ pub fn run(program: &str, args: &[&str]) -> Result<()> {
     check_status(program, args, status)
 }
 
+/// The cargo that runs xtask (per $CARGO), else `cargo` from PATH.
+pub fn cargo_program() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string())
+}
+
 /// Runs cargo (the one that runs xtask, per $CARGO) in the workspace root.
 pub fn cargo(args: &[&str]) -> Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    run(&cargo, args)
+    run(&cargo_program(), args)
 }
 
 fn check_status(program: &str, args: &[&str], status: ExitStatus) -> Result<()> {
@@ -344,6 +350,33 @@ impl ChildGuard {
                 );
             }
             std::thread::sleep(POLL);
+        }
+    }
+
+    /// Waits until the stats socket at `path` answers `show info` (shunt binds it just
+    /// after its listeners, so a frontend that accepts does not mean it is there yet),
+    /// failing if the child dies, a stop is requested, or `limit` passes. Returns the
+    /// fields of the answer.
+    pub fn wait_for_stats(
+        &mut self,
+        path: &Path,
+        limit: Duration,
+    ) -> Result<BTreeMap<String, String>> {
+        let end = Instant::now() + limit;
+        loop {
+            self.check_alive()?;
+            match shunt_testkit::cli_command(path, "show info") {
+                Ok(text) => return Ok(shunt_testkit::parse_show_info(&text)),
+                Err(e) if Instant::now() >= end => {
+                    return Err(e.context(format!("no answer within {limit:?}")))
+                }
+                Err(_) if stop_requested() => bail!(
+                    "interrupted while waiting for the stats socket {} of {}",
+                    path.display(),
+                    self.name
+                ),
+                Err(_) => std::thread::sleep(POLL),
+            }
         }
     }
 

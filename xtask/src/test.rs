@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 
-use crate::{ebpf, proc, setup};
+use xtask::{ebpf, proc, setup};
 
 /// How long the demo step runs: long enough for one periodic tick.
 const DEMO_SECS: &str = "6";
@@ -34,7 +34,7 @@ pub fn run(test_threads: usize) -> Result<()> {
     ebpf::ensure_toolchain().map_err(|e| anyhow::anyhow!("eBPF toolchain: {e}"))?;
 
     let threads = test_threads.max(1).to_string();
-    let bin = crate::target_dir().join("debug").join("shunt");
+    let bin = xtask::target_dir().join("debug").join("shunt");
     if std::env::var_os("SHUNT_BIN").is_none() {
         // Inherited by the cargo test child below.
         std::env::set_var("SHUNT_BIN", &bin);
@@ -43,8 +43,8 @@ pub fn run(test_threads: usize) -> Result<()> {
     let mut step = |name: &'static str, args: &[&str]| -> bool {
         let started = Instant::now();
         // Every step goes through cargo. The demo is this very tool, run again by
-        // cargo: `cargo test` may relink target/debug/xtask (the bench interrupt test
-        // builds it as a dependency), so the running executable's path can be gone.
+        // cargo rather than by the running executable's path, which a build in an
+        // earlier step may have replaced.
         let run = proc::cargo(args);
         let outcome = match run {
             Ok(()) => Outcome::Ok,

@@ -28,9 +28,9 @@ use anyhow::{bail, ensure, Context, Result};
 
 use crate::load::{self, IdleServer};
 use crate::peers::{self, Extras, Kind, Peer, Running};
-use crate::proc::{self, ChildGuard};
-use crate::report::{self, Sample};
-use crate::servers::{self, Server};
+use crate::report::{self, quantile, Sample};
+use shunt_testkit::{self as testkit, Backend};
+use xtask::proc::{self, ChildGuard};
 
 /// Rounds per scenario unless `--rounds` says otherwise (the issue asks for at least 3).
 pub const DEFAULT_ROUNDS: usize = 3;
@@ -191,7 +191,7 @@ pub fn run(opts: &Options) -> Result<()> {
     let (latency, scenarios): (Vec<String>, Vec<String>) = scenarios
         .into_iter()
         .partition(|s| EXTRA_SCENARIOS.contains(&s.as_str()));
-    let dir = crate::target_dir().join("xtask").join("bench");
+    let dir = xtask::target_dir().join("xtask").join("bench");
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let pid_file = opts
         .pid_file
@@ -203,11 +203,11 @@ pub fn run(opts: &Options) -> Result<()> {
         pid_file.display()
     );
     if !scenarios.is_empty() && !peers::tools_present(&peers) {
-        crate::setup::debian_packages()?;
+        xtask::setup::debian_packages()?;
     }
     let shunt = match &opts.shunt {
         Some(b) => b.clone(),
-        None => crate::build_release()?,
+        None => xtask::build_release()?,
     };
     if !latency.is_empty() {
         if latency.iter().any(|s| s == "sched-latency") {
@@ -215,7 +215,7 @@ pub fn run(opts: &Options) -> Result<()> {
             println!("xtask: wrote {}", table.display());
         }
         if latency.iter().any(|s| s == "pool-ttfb") {
-            let root = opts.out.clone().unwrap_or_else(crate::workspace_root);
+            let root = opts.out.clone().unwrap_or_else(xtask::workspace_root);
             let table = crate::poolbench::run(&shunt, &dir, &root, opts.quick)?;
             println!("xtask: wrote {}", table.display());
         }
@@ -226,7 +226,7 @@ pub fn run(opts: &Options) -> Result<()> {
     let out = match &opts.out {
         Some(o) => o.clone(),
         None if plan.quick => dir.join("quick"),
-        None => crate::workspace_root(),
+        None => xtask::workspace_root(),
     };
     let nofile = proc::raise_nofile(WANT_NOFILE);
     let (maxconn, flows) = limits(nofile, plan.idle_flows);
@@ -376,7 +376,7 @@ fn shared_scenarios(ctx: &mut Ctx, scenarios: &[&str]) -> Result<()> {
         true,
     )?;
     redis.wait_for_port(redis_addr, Duration::from_secs(10))?;
-    let echo = Server::start("127.0.0.1:0".parse()?, servers::Kind::Echo)?;
+    let echo = Backend::start("127.0.0.1:0".parse()?, testkit::Kind::Echo)?;
     let mut routes = BTreeMap::new();
     routes.insert("iperf".to_string(), iperf_addr);
     routes.insert("redis".to_string(), redis_addr);
@@ -442,14 +442,14 @@ fn shared_scenarios(ctx: &mut Ctx, scenarios: &[&str]) -> Result<()> {
 /// with (an error if none were). Flows the mode handed to another path (sockmap falls
 /// back to splice or copy for a flow it cannot take) are reported, not failed.
 fn mode_check(sock: &Path, mode: &str) -> Result<String> {
-    let info = servers::parse_show_info(&servers::cli_command(sock, "show info")?);
+    let info = testkit::parse_show_info(&testkit::cli_command(sock, "show info")?);
     let mut counts = Vec::new();
     for (m, key) in [
         ("sockmap", "SockmapFlows"),
         ("splice", "SpliceFlows"),
         ("copy", "CopyFlows"),
     ] {
-        counts.push((m, key, servers::info_num(&info, key)?));
+        counts.push((m, key, testkit::info_num(&info, key)?));
     }
     let summary = counts
         .iter()
@@ -488,10 +488,10 @@ fn measure_shared(
             let streams = if scenario == "bulk-1" { 1 } else { 4 };
             let front = run.front("iperf")?;
             let cpu0 = pid.map(proc::cpu_seconds).transpose()?;
-            let host0 = crate::bench::host_busy_seconds()?;
+            let host0 = crate::one_flow::host_busy_seconds()?;
             let b = load::iperf3(front, plan.bulk_secs, streams)?;
             let cpu1 = pid.map(proc::cpu_seconds).transpose()?;
-            let host1 = crate::bench::host_busy_seconds()?;
+            let host1 = crate::one_flow::host_busy_seconds()?;
             let gb = b.bytes as f64 / 1e9;
             let mut m = vec![
                 ("gbit_s", b.gbits()),
@@ -529,15 +529,6 @@ fn measure_shared(
         }
         other => bail!("no shared scenario '{other}'"),
     }
-}
-
-/// The q-quantile of sorted durations (nearest rank).
-fn quantile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
 }
 
 /// RSS of each proxy holding `idle_flows` idle flows; a fresh instance per measurement.
@@ -602,7 +593,7 @@ fn idle_scenario(ctx: &mut Ctx) -> Result<()> {
 /// (direct as the floor).
 fn cork_scenario(ctx: &mut Ctx) -> Result<()> {
     println!("xtask: bench: cork probe (tune.pipesize {CORK_PIPESIZE})");
-    let echo = Server::start("127.0.0.1:0".parse()?, servers::Kind::Echo)?;
+    let echo = Backend::start("127.0.0.1:0".parse()?, testkit::Kind::Echo)?;
     let mut routes = BTreeMap::new();
     routes.insert("echo".to_string(), echo.addr);
     let extras = Extras {
@@ -675,7 +666,7 @@ pub fn cork_metric(size: usize) -> &'static str {
 fn cli_scenario(ctx: &mut Ctx) -> Result<()> {
     let lines = ctx.plan.cli_lines;
     println!("xtask: bench: cli ({lines} add map lines)");
-    let echo = Server::start("127.0.0.1:0".parse()?, servers::Kind::Echo)?;
+    let echo = Backend::start("127.0.0.1:0".parse()?, testkit::Kind::Echo)?;
     let mut routes = BTreeMap::new();
     routes.insert("echo".to_string(), echo.addr);
     // One shunt (the forwarding mode does not matter to the CLI) and plain HAProxy.
@@ -757,15 +748,6 @@ mod tests {
         assert_eq!(limits(20_000, 10_000), (9_494, 9_244));
         assert_eq!(limits(1524, 10_000), (256, 6));
         assert_eq!(limits(100, 10_000), (0, 0));
-    }
-
-    #[test]
-    fn quantiles_by_nearest_rank() {
-        let t: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
-        assert_eq!(quantile(&t, 0.5), Duration::from_millis(50));
-        assert_eq!(quantile(&t, 0.99), Duration::from_millis(99));
-        assert_eq!(quantile(&t[..1], 0.99), Duration::from_millis(1));
-        assert_eq!(quantile(&[], 0.5), Duration::ZERO);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! and one PNG chart per scenario.
 //!
 //! Owns: what each scenario and metric is called and which direction is better, the
-//! reduction of samples to median and min–max per (scenario, metric, peer), the ratios
+//! reduction of samples to median and min–max per (scenario, metric, peer), quantiles
+//! by nearest rank (`quantile`, for the latency tables of every scenario), the ratios
 //! to `direct` and to `haproxy` (plain), and the three outputs: `BENCHMARKS.md` in the
 //! output directory, `docs/bench/results.json` (every sample, every summary row, the
 //! machine and tool versions, the notes and failures) and `docs/bench/SCENARIO.png`.
@@ -139,6 +140,15 @@ pub struct Summary {
     pub vs_direct: Option<f64>,
     /// median / haproxy's median.
     pub vs_haproxy: Option<f64>,
+}
+
+/// The value at quantile `q` of `sorted` (nearest rank); the default (0) when empty.
+pub fn quantile<T: Copy + Default>(sorted: &[T], q: f64) -> T {
+    if sorted.is_empty() {
+        return T::default();
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
 }
 
 /// The median of values (mean of the middle two for an even count).
@@ -550,6 +560,22 @@ mod tests {
             round: 0,
             value,
         }
+    }
+
+    #[test]
+    fn quantiles_by_nearest_rank() {
+        let v: Vec<u64> = (1..=1000).collect();
+        assert_eq!(quantile(&v, 0.5), 500);
+        assert_eq!(quantile(&v, 0.99), 990);
+        assert_eq!(quantile(&v, 0.999), 999);
+        assert_eq!(quantile(&v, 1.0), 1000);
+        assert_eq!(quantile::<u64>(&[], 0.5), 0);
+        use std::time::Duration;
+        let t: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(quantile(&t, 0.5), Duration::from_millis(50));
+        assert_eq!(quantile(&t, 0.99), Duration::from_millis(99));
+        assert_eq!(quantile(&t[..1], 0.99), Duration::from_millis(1));
+        assert_eq!(quantile::<Duration>(&[], 0.5), Duration::ZERO);
     }
 
     #[test]

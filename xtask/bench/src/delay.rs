@@ -251,7 +251,7 @@ impl Wire {
     pub fn connect_rtt(addr: SocketAddr, n: usize) -> Result<Duration> {
         let mut v = Vec::with_capacity(n);
         for _ in 0..n {
-            ensure!(!crate::proc::stop_requested(), "interrupted");
+            ensure!(!xtask::proc::stop_requested(), "interrupted");
             let t = Instant::now();
             let s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
                 .with_context(|| format!("self-check connect to {addr}"))?;
@@ -283,7 +283,7 @@ impl Drop for Wire {
 }
 
 fn delete_netns_if_present() {
-    let listed = crate::proc::output("ip", &["netns", "list"]).unwrap_or_default();
+    let listed = xtask::proc::output("ip", &["netns", "list"]).unwrap_or_default();
     if listed
         .lines()
         .any(|l| l.split_whitespace().next() == Some(NETNS))
@@ -528,7 +528,7 @@ mod tests {
             rtt >= Duration::from_micros(950) && rtt < Duration::from_millis(5),
             "median connect {rtt:?}"
         );
-        let listed = crate::proc::output("ip", &["netns", "list"]).unwrap_or_default();
+        let listed = xtask::proc::output("ip", &["netns", "list"]).unwrap_or_default();
         assert!(!listed.contains(NETNS), "{listed}");
     }
 

@@ -21,7 +21,7 @@
 //! `proc::stop_requested`; the namespace is gone when `run` returns, whatever the path.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,10 +31,11 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 
 use crate::delay::{self, Wire};
-use crate::latency::{ms, quantile};
+use crate::latency::ms;
 use crate::peers;
-use crate::proc::{self, ChildGuard};
-use crate::servers;
+use crate::report::quantile;
+use shunt_testkit::{self as testkit, Server};
+use xtask::proc::{self, ChildGuard};
 
 /// What each flow writes (and reads back).
 const REQUEST: &[u8] = b"ping\n";
@@ -130,7 +131,7 @@ pub fn run(shunt: &Path, dir: &Path, out_root: &Path, quick: bool) -> Result<Pat
     let plan = Plan::new(quick);
     println!("xtask: pool-ttfb: {plan:?}");
     let wire = Wire::start(delay::DEFAULT_DELAY)?;
-    let echo = FarEcho::start()?;
+    let echo = start_far_echo()?;
     let rtt = Wire::connect_rtt(echo.addr, RTT_PROBES)?;
     println!(
         "xtask: pool-ttfb: self-check: median TCP connect to {} is {:.3} ms",
@@ -226,6 +227,7 @@ fn start_shunt(env: &Env, nbthread: u32, kw: &str) -> Result<Proxy> {
         true,
     )?;
     guard.wait_for_port(front, IO_LIMIT)?;
+    guard.wait_for_stats(&sock, IO_LIMIT)?;
     Ok(Proxy { guard, front, sock })
 }
 
@@ -239,7 +241,7 @@ fn wait_for_spare(p: &Proxy) -> Result<()> {
     drop(held);
     let end = Instant::now() + SPARE_LIMIT;
     loop {
-        let text = servers::cli_command(&p.sock, "show servers conn be")?;
+        let text = testkit::cli_command(&p.sock, "show servers conn be")?;
         if idle_cur(&text, "be/s1").is_some_and(|n| n > 0) {
             return Ok(());
         }
@@ -260,11 +262,11 @@ fn idle_cur(text: &str, name: &str) -> Option<u64> {
 
 /// `warm_hit`, `warm_miss`, `warm_dead` of `show info` (the same names as `show stat`).
 fn warm_counters(sock: &Path) -> Result<(u64, u64, u64)> {
-    let info = servers::parse_show_info(&servers::cli_command(sock, "show info")?);
+    let info = testkit::parse_show_info(&testkit::cli_command(sock, "show info")?);
     Ok((
-        servers::info_num(&info, WARM_FIELDS[0])?,
-        servers::info_num(&info, WARM_FIELDS[1])?,
-        servers::info_num(&info, WARM_FIELDS[2])?,
+        testkit::info_num(&info, WARM_FIELDS[0])?,
+        testkit::info_num(&info, WARM_FIELDS[1])?,
+        testkit::info_num(&info, WARM_FIELDS[2])?,
     ))
 }
 
@@ -334,7 +336,7 @@ fn one_ttfb(addr: SocketAddr) -> Result<Duration> {
     c.read_exact(&mut b[1..])?;
     ensure!(b == REQUEST, "echo differs: {b:?}");
     // The server closed after its answer; wait for that EOF, then reset instead of a
-    // FIN: no TIME_WAIT in the root namespace on either side (see `FarEcho`).
+    // FIN: no TIME_WAIT in the root namespace on either side (see `start_far_echo`).
     let mut rest = [0u8; 64];
     while c.read(&mut rest)? > 0 {}
     reset_on_close(&c);
@@ -346,7 +348,7 @@ fn storm_run(env: &Env, round: usize, low: u32, d: Duration) -> Result<Storm> {
     println!("xtask: pool-ttfb: storm, nbthread {STORM_NBTHREAD}, {kw}");
     let mut p = start_shunt(env, STORM_NBTHREAD, &kw)?;
     wait_for_spare(&p)?;
-    let take0 = fd_takeover(&servers::cli_command(&p.sock, "show activity")?)
+    let take0 = fd_takeover(&testkit::cli_command(&p.sock, "show activity")?)
         .context("show activity has no fd_takeover line")?;
     let w0 = warm_counters(&p.sock)?;
     env.wire.window();
@@ -373,7 +375,7 @@ fn storm_run(env: &Env, round: usize, low: u32, d: Duration) -> Result<Storm> {
     let flows: u64 = workers.into_iter().map(|w| w.join().unwrap_or(0)).sum();
     let late = env.wire.window();
     ensure!(!proc::stop_requested(), "interrupted");
-    let take1 = fd_takeover(&servers::cli_command(&p.sock, "show activity")?)
+    let take1 = fd_takeover(&testkit::cli_command(&p.sock, "show activity")?)
         .context("show activity has no fd_takeover line")?;
     let w1 = warm_counters(&p.sock)?;
     p.guard.check_alive()?;
@@ -415,62 +417,17 @@ fn reset_on_close(c: &TcpStream) {
 /// client, which then resets, leaves none on the client leg. Otherwise tens of
 /// thousands of flows per run fill the root namespace's ephemeral ports with
 /// TIME_WAIT and every later connect (shunt's included) slows down.
-struct FarEcho {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    accept: Option<std::thread::JoinHandle<()>>,
-}
-
-impl FarEcho {
-    fn start() -> Result<Self> {
-        let l = delay::listen_far()?;
-        let addr = l.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let st = stop.clone();
-        let accept = std::thread::Builder::new()
-            .name("xtask-far-echo".into())
-            .spawn(move || accept_loop(&l, &st))?;
-        Ok(Self {
-            addr,
-            stop,
-            accept: Some(accept),
-        })
-    }
-}
-
-/// Accepts until `stop`, waking every 50 ms to look at it (poll, so an arriving
-/// connection is taken at once).
-fn accept_loop(l: &TcpListener, stop: &AtomicBool) {
-    while !stop.load(Ordering::Relaxed) {
-        let mut pfd = libc::pollfd {
-            fd: l.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd living across the call.
-        if unsafe { libc::poll(&mut pfd, 1, 50) } <= 0 {
-            continue;
+fn start_far_echo() -> Result<Server> {
+    let echo = Server::try_serve(delay::listen_far()?, |mut c| {
+        let _ = c.set_nodelay(true);
+        let _ = c.set_read_timeout(Some(Duration::from_secs(30)));
+        let mut buf = [0u8; 4096];
+        if let Ok(n) = c.read(&mut buf) {
+            let _ = c.write_all(&buf[..n]);
         }
-        let Ok((mut c, _)) = l.accept() else { continue };
-        let _ = std::thread::Builder::new().spawn(move || {
-            let _ = c.set_nodelay(true);
-            let _ = c.set_read_timeout(Some(Duration::from_secs(30)));
-            let mut buf = [0u8; 4096];
-            if let Ok(n) = c.read(&mut buf) {
-                let _ = c.write_all(&buf[..n]);
-            }
-            let _ = c.shutdown(Shutdown::Both);
-        });
-    }
-}
-
-impl Drop for FarEcho {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.accept.take() {
-            let _ = t.join();
-        }
-    }
+        let _ = c.shutdown(Shutdown::Both);
+    })?;
+    Ok(echo)
 }
 
 fn per_100(n: u64, flows: u64) -> String {

@@ -13,13 +13,13 @@
 //! forwards); `direct` starts nothing and its frontends are the backends themselves.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::proc::ChildGuard;
+use xtask::proc::ChildGuard;
 
 /// How long a proxy gets to accept on every frontend.
 const START_LIMIT: Duration = Duration::from_secs(20);
@@ -35,7 +35,7 @@ pub const PROXY_MAXPIPES: u32 = 256;
 /// Where Debian's nginx keeps its stream module.
 const NGINX_STREAM_MODULE: &str = "/usr/lib/nginx/modules/ngx_stream_module.so";
 /// Longest Unix socket path (sun_path is 108 bytes with its NUL; keep a margin).
-const MAX_SOCK_PATH: usize = 100;
+pub(crate) const MAX_SOCK_PATH: usize = 100;
 
 /// What kind of process a peer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,8 +172,7 @@ impl Running {
 
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").context("cannot bind a free port")?;
-    Ok(l.local_addr()?.port())
+    shunt_testkit::free_port().context("cannot bind a free port")
 }
 
 /// Starts `peer` with one frontend per route (`routes`: name → backend address), in
@@ -242,6 +241,9 @@ pub fn start(
     let mut guard = ChildGuard::spawn(peer.label, &program, &args, &log, true)?;
     for addr in fronts.values() {
         guard.wait_for_port(*addr, START_LIMIT)?;
+    }
+    if let Some(sock) = &stats_socket {
+        guard.wait_for_stats(sock, START_LIMIT)?;
     }
     Ok(Running {
         peer,
@@ -412,7 +414,7 @@ mod tests {
             ..Extras::default()
         };
         let cfg = proxy_config(&r, &f, true, &extras);
-        let layout = crate::demo::scan(&cfg);
+        let layout = xtask::layout::scan(&cfg);
         assert_eq!(layout.frontends.len(), 2, "{cfg}");
         assert!(cfg.contains("listen echo\n    bind 127.0.0.1:6001\n    option splice-auto\n"));
         assert!(cfg.contains("    server s 127.0.0.1:5002\n"));

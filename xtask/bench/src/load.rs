@@ -15,17 +15,15 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 
-use crate::proc;
-use crate::servers::pattern;
+use shunt_testkit::{pattern, stats, Server};
+use xtask::proc;
 
 /// Inactivity limit on every socket read or write here.
 const IO_TIMEOUT: Duration = Duration::from_secs(20);
@@ -227,55 +225,38 @@ pub fn echo_round_trips(
     Ok(times)
 }
 
-/// A server that accepts connections and holds them without reading (idle flows).
+/// A server that accepts connections and holds them without reading (idle flows), on
+/// its accept thread (no thread per flow).
 pub struct IdleServer {
     pub addr: SocketAddr,
-    accepted: Arc<AtomicU64>,
     held: Arc<Mutex<Vec<TcpStream>>>,
-    stop: Arc<AtomicBool>,
-    acceptor: Option<JoinHandle<()>>,
+    server: Option<Server>,
 }
 
 impl IdleServer {
     pub fn start() -> Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").context("idle server: bind")?;
-        let addr = listener.local_addr()?;
-        let accepted = Arc::new(AtomicU64::new(0));
         let held = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let acceptor = {
-            let (accepted, held, stop) = (accepted.clone(), held.clone(), stop.clone());
-            std::thread::Builder::new()
-                .name("xtask-idle".into())
-                .spawn(move || {
-                    for conn in listener.incoming() {
-                        if stop.load(Ordering::SeqCst) {
-                            return;
-                        }
-                        match conn {
-                            Ok(c) => {
-                                if let Ok(mut v) = held.lock() {
-                                    v.push(c);
-                                }
-                                accepted.fetch_add(1, Ordering::SeqCst);
-                            }
-                            // Out of fds: back off rather than spin.
-                            Err(_) => std::thread::sleep(Duration::from_millis(10)),
-                        }
-                    }
-                })?
+        let server = {
+            let held = Arc::clone(&held);
+            Server::on_accept(listener, move |c| {
+                if let Ok(mut v) = held.lock() {
+                    v.push(c);
+                }
+            })?
         };
         Ok(Self {
-            addr,
-            accepted,
+            addr: server.addr,
             held,
-            stop,
-            acceptor: Some(acceptor),
+            server: Some(server),
         })
     }
 
+    /// Connections accepted (and held until `release`) so far.
     pub fn accepted(&self) -> u64 {
-        self.accepted.load(Ordering::SeqCst)
+        self.server
+            .as_ref()
+            .map_or(0, |s| s.accepted.load(Ordering::SeqCst) as u64)
     }
 
     /// Closes every held connection (the server closes first, so the TIME_WAIT state
@@ -289,11 +270,8 @@ impl IdleServer {
 
 impl Drop for IdleServer {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
-        if let Some(h) = self.acceptor.take() {
-            let _ = h.join();
-        }
+        // Stop accepting first, so nothing is held after the release.
+        drop(self.server.take());
         self.release();
     }
 }
@@ -346,10 +324,7 @@ pub fn add_map_stream(sock: &Path, map: &str, lines: usize, limit: Duration) -> 
             i & 0xff
         ));
     }
-    let mut c = UnixStream::connect(sock)
-        .with_context(|| format!("cannot connect to the stats socket {}", sock.display()))?;
-    c.set_read_timeout(Some(Duration::from_millis(200)))?;
-    c.set_write_timeout(Some(IO_TIMEOUT))?;
+    let mut c = stats::connect(sock, Some(Duration::from_millis(200)), Some(IO_TIMEOUT))?;
     let mut w = c.try_clone()?;
     let started = Instant::now();
     let writer = std::thread::spawn(move || w.write_all(input.as_bytes()));
@@ -436,9 +411,9 @@ mod tests {
 
     #[test]
     fn echo_round_trips_check_the_bytes() {
-        let echo = crate::servers::Server::start(
+        let echo = shunt_testkit::Backend::start(
             "127.0.0.1:0".parse().expect("a"),
-            crate::servers::Kind::Echo,
+            shunt_testkit::Kind::Echo,
         )
         .expect("echo");
         let t = echo_round_trips(echo.addr, 65536, 5, Duration::from_secs(10)).expect("rr");

@@ -1,8 +1,9 @@
 //! Acceptance 4 of the benchmarks issue: nothing the bench started outlives it, also
-//! after Ctrl-C. Starts `xtask bench --quick` as a child with a pid file, waits until
-//! it has started its servers and proxies, sends it SIGINT, and checks that it exits
-//! within a bound and that no process listed in the pid file (haproxy, nginx,
-//! redis-server, iperf3, shunt, load tools) is still alive.
+//! after Ctrl-C. Starts the bench (`shunt-bench --quick`, the binary `cargo xtask bench`
+//! execs with its arguments) as a child with a pid file, waits until it has started its
+//! servers and proxies, sends it SIGINT, and checks that it exits within a bound and
+//! that no process listed in the pid file (haproxy, nginx, redis-server, iperf3, shunt,
+//! load tools) is still alive.
 //!
 //! Needs a shunt binary ($SHUNT_BIN as `cargo xtask test` sets it, or a release or
 //! debug build) and the bench's Debian packages (`cargo xtask setup`); without them
@@ -21,9 +22,11 @@ const START_BOUND: Duration = Duration::from_secs(120);
 /// Bound of the bench's exit after SIGINT (each child gets a 5 s stop grace).
 const EXIT_BOUND: Duration = Duration::from_secs(60);
 
+/// The workspace root: this crate lives in xtask/bench.
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
+        .ancestors()
+        .nth(2)
         .expect("workspace root")
         .to_path_buf()
 }
@@ -89,8 +92,8 @@ fn sigint_stops_everything_the_bench_started() {
     let dir = std::env::temp_dir().join(format!("xtask-bench-int-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let pid_file = dir.join("pids.txt");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["bench", "--quick", "--shunt"])
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shunt-bench"))
+        .args(["--quick", "--shunt"])
         .arg(&shunt)
         .arg("--out")
         .arg(&dir)
@@ -100,7 +103,7 @@ fn sigint_stops_everything_the_bench_started() {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("spawn xtask bench");
+        .expect("spawn shunt-bench");
     let out = child.stdout.take().expect("stdout");
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let reader = std::thread::spawn(move || {

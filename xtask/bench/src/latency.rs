@@ -41,7 +41,9 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 
 use crate::peers;
-use crate::proc::{self, ChildGuard};
+use crate::report::quantile;
+use shunt_testkit::{relay, stats, Server};
+use xtask::proc::{self, ChildGuard};
 
 /// Bytes each flow sends and reads back.
 const FLOW_BYTES: usize = 64;
@@ -56,6 +58,8 @@ const PAYLOAD_ENTRIES: usize = 1000;
 const WARMUP: Duration = Duration::from_secs(2);
 /// Bound of one CLI exchange, and of one flow.
 const IO_LIMIT: Duration = Duration::from_secs(20);
+/// A CLI exchange: `IO_LIMIT` each way, the whole answer.
+const CLI_BOUNDS: stats::Bounds = stats::Bounds::each_way(IO_LIMIT);
 /// Bound of shunt's start.
 const START_LIMIT: Duration = Duration::from_secs(10);
 
@@ -143,7 +147,7 @@ pub fn run(shunt: &Path, dir: &Path, quick: bool) -> Result<PathBuf> {
     } else {
         None
     };
-    let echo = Echo::start()?;
+    let echo = start_echo()?;
     let map_path = dir.join("sched-latency.map");
     let mut text = String::with_capacity(plan.map_entries * 16);
     for i in 0..plan.map_entries {
@@ -216,6 +220,7 @@ fn run_setup(
         true,
     )?;
     guard.wait_for_port(front, START_LIMIT)?;
+    guard.wait_for_stats(&sock, START_LIMIT)?;
     cli(&sock, "set profiling tasks on")?;
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -384,20 +389,12 @@ fn cli_client(sock: &Path, map: &str, entries: usize, stop: &AtomicBool, load: &
 }
 
 fn connect_cli(sock: &Path) -> Result<UnixStream> {
-    let s = UnixStream::connect(sock)
-        .with_context(|| format!("cannot connect to {}", sock.display()))?;
-    s.set_read_timeout(Some(IO_LIMIT))?;
-    s.set_write_timeout(Some(IO_LIMIT))?;
-    Ok(s)
+    stats::connect(sock, Some(IO_LIMIT), Some(IO_LIMIT))
 }
 
 /// One non-interactive command; the answer (read to EOF).
 fn cli(sock: &Path, cmd: &str) -> Result<String> {
-    let mut s = connect_cli(sock)?;
-    s.write_all(format!("{cmd}\n").as_bytes())?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
+    stats::command(sock, cmd, CLI_BOUNDS)
 }
 
 /// `show map MAP`, read to EOF and dropped.
@@ -533,54 +530,13 @@ fn one_flow(front: SocketAddr, payload: &[u8]) -> Result<()> {
 }
 
 /// An echo backend: one thread per connection (flows are short and few at once).
-struct Echo {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-}
-
-impl Echo {
-    fn start() -> Result<Self> {
-        let l = TcpListener::bind("127.0.0.1:0").context("echo: bind")?;
-        let addr = l.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let st = stop.clone();
-        std::thread::Builder::new()
-            .name("xtask-echo".into())
-            .spawn(move || {
-                for c in l.incoming() {
-                    if st.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    let Ok(mut c) = c else { continue };
-                    let _ = std::thread::Builder::new().spawn(move || {
-                        let _ = c.set_read_timeout(Some(IO_LIMIT));
-                        let mut buf = [0u8; 4096];
-                        while let Ok(n) = c.read(&mut buf) {
-                            if n == 0 || c.write_all(&buf[..n]).is_err() {
-                                break;
-                            }
-                        }
-                    });
-                }
-            })?;
-        Ok(Self { addr, stop })
-    }
-}
-
-impl Drop for Echo {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
-    }
-}
-
-/// The value at quantile `q` of sorted `v` (nearest rank).
-pub(crate) fn quantile(v: &[u64], q: f64) -> u64 {
-    if v.is_empty() {
-        return 0;
-    }
-    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
-    v[rank - 1]
+fn start_echo() -> Result<Server> {
+    let l = TcpListener::bind("127.0.0.1:0").context("echo: bind")?;
+    let echo = Server::try_serve(l, |mut c| {
+        let _ = c.set_read_timeout(Some(IO_LIMIT));
+        let _ = relay(&mut c, &mut [0u8; 4096], true, None);
+    })?;
+    Ok(echo)
 }
 
 /// Microseconds as milliseconds with three decimals.
@@ -648,16 +604,6 @@ fn render(plan: &Plan, results: &[Outcome]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quantiles_by_nearest_rank() {
-        let v: Vec<u64> = (1..=1000).collect();
-        assert_eq!(quantile(&v, 0.5), 500);
-        assert_eq!(quantile(&v, 0.99), 990);
-        assert_eq!(quantile(&v, 0.999), 999);
-        assert_eq!(quantile(&v, 1.0), 1000);
-        assert_eq!(quantile(&[], 0.5), 0);
-    }
 
     #[test]
     fn config_routes_through_the_map_and_sets_the_knob() {
