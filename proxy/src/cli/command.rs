@@ -364,9 +364,14 @@ pub struct Parsed {
 
 impl Parsed {
     /// The level a session needs to run this: the entry's. A blank line and unknown
-    /// words (answered with the list of commands) need none.
+    /// words (answered with the list of commands) need none; a command built without
+    /// its entry has nothing saying who may run it, and needs admin.
     pub fn level(&self) -> CliLevel {
-        self.spec.map_or(CliLevel::User, |s| s.level.of(&self.cmd))
+        match (self.spec, &self.cmd) {
+            (Some(s), cmd) => s.level.of(cmd),
+            (None, Command::Empty | Command::Unknown(_)) => CliLevel::User,
+            (None, _) => CliLevel::Admin,
+        }
     }
 
     /// Whether running this is heavy work. A command refused for its arguments does
@@ -850,6 +855,20 @@ mod tests {
         assert_eq!(p("show cli level"), Command::ShowCliLevel);
         assert_eq!(p(""), Command::Empty);
         assert_eq!(p("admin"), Command::Unknown(vec!["admin".to_string()]));
+    }
+
+    #[test]
+    fn levels_come_from_the_table_and_fail_closed_without_it() {
+        assert_eq!(level(""), CliLevel::User);
+        assert_eq!(level("no such command"), CliLevel::User);
+        assert_eq!(level("set server b/s1 state maint"), CliLevel::Admin);
+        // A command built by hand, without its entry, is not open to everyone.
+        let orphan = Parsed {
+            spec: None,
+            cmd: Command::DisableServer("b/s1".into()),
+        };
+        assert_eq!(orphan.level(), CliLevel::Admin);
+        assert!(!orphan.heavy() && !orphan.on_workers());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! the connection loop asks for the heavy and workers decisions; `render` lists the
 //! entries for `help` and for an unknown command.
 //!
-//! Invariants:
+//! Invariants (the first two are checked by the table walk in `cli/tests.rs`):
 //! - Every field of an entry is stated: [`Spec`] has no default, and neither has
 //!   [`Level`], so an entry without a level does not compile.
 //! - No two entries have the same words; every entry has a usage and a description.
