@@ -1,17 +1,19 @@
 //! CLI command parsing: the words of one request → a typed [`Command`].
 //!
-//! Owns the command table (keywords, usage text for `help`, required level) and the
-//! syntax of each command's arguments. Pure: it never reads runtime state, so names
-//! (proxies, servers) stay strings here and are resolved by `dispatch`. A known command
-//! with bad arguments becomes [`Command::Bad`], which still carries the level the
-//! command needs, so a user-level session is told `Permission denied` before it is told
-//! about its syntax (as HAProxy does).
+//! Owns the [`Command`] type, [`parse`] (which picks the command's entry in the
+//! table, `table.rs`, and runs its parser) and the syntax of each command's
+//! arguments. Pure: it never reads runtime state, so names (proxies, servers) stay
+//! strings here and are resolved by `dispatch`. A known command with bad arguments
+//! becomes [`Command::Bad`]; its [`Parsed::spec`] still says the level the command
+//! needs, so a user-level session is told `Permission denied` before it is told about
+//! its syntax (as HAProxy does).
 
 use std::time::Duration;
 
 use crate::config::{CliLevel, MAX_MAXCONN};
 
 use super::frame::Request;
+use super::table::{self, Spec};
 
 /// Longest `set timeout cli` accepted (HAProxy's tick arithmetic stops near 24.8 days).
 pub const MAX_CLI_TIMEOUT: Duration = Duration::from_secs(24 * 86_400);
@@ -283,8 +285,10 @@ pub enum Command {
     ShutdownSession(String),
     /// `shutdown sessions server B/S` (the raw `B/S` word, empty when missing).
     ShutdownSessionsServer(String),
-    /// A known command with bad arguments.
-    Bad { need: CliLevel, err: ParseError },
+    /// A known command with bad arguments (refused with the level its entry needs:
+    /// a user-level session is told `Permission denied` before it is told about its
+    /// syntax, as HAProxy does).
+    Bad(ParseError),
     /// No command matches these words.
     Unknown(Vec<String>),
     /// A blank line: nothing to run.
@@ -335,412 +339,242 @@ pub enum Command {
     DisableAgent(String),
 }
 
-impl Command {
-    /// The level a session needs to run this command.
+/// The words after a command's own words, and the request's payload: what a
+/// [`Spec::parse`] reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Args<'a> {
+    pub words: &'a [&'a str],
+    /// The `<<` payload, if the request has one.
+    pub payload: Option<&'a str>,
+}
+
+/// One request read against the command table: the command and the entry it came
+/// from, which says who may run it, whether it is heavy and where it runs.
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    /// The entry whose words matched; `None` for a blank line or unknown words.
+    pub spec: Option<&'static Spec>,
+    pub cmd: Command,
+}
+
+impl Parsed {
+    /// The level a session needs to run this: the entry's. A blank line and unknown
+    /// words (answered with the list of commands) need none; a command built without
+    /// its entry has nothing saying who may run it, and needs admin.
     pub fn level(&self) -> CliLevel {
-        match self {
-            Command::SetLevel(l) => *l,
-            Command::Bad { need, .. } => *need,
-            Command::AddMap { .. }
-            | Command::AddMapPayload { .. }
-            | Command::SetMap { .. }
-            | Command::DelMap { .. }
-            | Command::ClearMap { .. }
-            | Command::PrepareMap(_)
-            | Command::CommitMap { .. }
-            | Command::ClearCounters { all: false }
-            | Command::ShowSess => CliLevel::Operator,
-            Command::SetWeight { .. }
-            | Command::SetServer { .. }
-            | Command::EnableServer(_)
-            | Command::DisableServer(_)
-            | Command::ClearCounters { all: true }
-            | Command::ShutdownSession(_)
-            | Command::ShutdownSessionsServer(_)
-            | Command::SetMaxconnServer { .. }
-            | Command::SetMaxconnFrontend { .. }
-            | Command::SetMaxconnGlobal(_)
-            | Command::EnableHealth(_)
-            | Command::DisableHealth(_)
-            | Command::EnableAgent(_)
-            | Command::DisableAgent(_) => CliLevel::Admin,
-            Command::ShowProfiling(_) | Command::SetProfilingTasks(_) => CliLevel::Admin,
-            _ => CliLevel::User,
+        match (self.spec, &self.cmd) {
+            (Some(s), cmd) => s.level.of(cmd),
+            (None, Command::Empty | Command::Unknown(_)) => CliLevel::User,
+            (None, _) => CliLevel::Admin,
+        }
+    }
+
+    /// Whether running this is heavy work. A command refused for its arguments does
+    /// no work.
+    pub fn heavy(&self) -> bool {
+        match self.spec {
+            Some(s) if !matches!(self.cmd, Command::Bad(_)) => s.heavy.of(&self.cmd),
+            _ => false,
+        }
+    }
+
+    /// Whether the workers answer it (`dispatch::dispatch_workers`). A command
+    /// refused for its arguments is answered by `dispatch`.
+    pub fn on_workers(&self) -> bool {
+        match self.spec {
+            Some(s) if !matches!(self.cmd, Command::Bad(_)) => s.on_workers,
+            _ => false,
         }
     }
 }
 
-/// One line of `help`: the keywords that select it, its syntax and its description.
-#[derive(Debug, Clone, Copy)]
-pub struct HelpEntry {
-    pub keywords: &'static [&'static str],
-    pub syntax: &'static str,
-    pub desc: &'static str,
+/// Parse one request. Never fails: unknown input becomes [`Command::Unknown`].
+/// The entry is the one whose words are the longest prefix of the request's.
+pub fn parse(req: &Request) -> Parsed {
+    let w: Vec<&str> = req.words.iter().map(String::as_str).collect();
+    if w.is_empty() {
+        return Parsed {
+            spec: None,
+            cmd: Command::Empty,
+        };
+    }
+    match table::find(&w) {
+        Some(spec) => Parsed {
+            spec: Some(spec),
+            cmd: (spec.parse)(Args {
+                words: &w[spec.words.len()..],
+                payload: req.payload.as_deref(),
+            }),
+        },
+        None => Parsed {
+            spec: None,
+            cmd: Command::Unknown(req.words.clone()),
+        },
+    }
 }
 
-/// Every command, sorted by keywords as HAProxy lists them; `help`, `prompt` and `quit`
-/// come last, as in HAProxy's own listing. Keep in step with [`parse`].
-pub const HELP: &[HelpEntry] = &[
-    HelpEntry {
-        keywords: &["add", "map"],
-        syntax: "add map [@<ver>] <map> <key> <val>",
-        desc: "add a map entry (payload supported instead of key/val)",
-    },
-    HelpEntry {
-        keywords: &["clear", "counters"],
-        syntax: "clear counters [all]",
-        desc: "clear max statistics counters (or all counters)",
-    },
-    HelpEntry {
-        keywords: &["clear", "map"],
-        syntax: "clear map [@<ver>] <map>",
-        desc: "clear the contents of this map",
-    },
-    HelpEntry {
-        keywords: &["commit", "map"],
-        syntax: "commit map @<ver> <map>",
-        desc: "commit the map at this version",
-    },
-    HelpEntry {
-        keywords: &["del", "map"],
-        syntax: "del map <map> [<key>|#<ref>]",
-        desc: "delete map entries matching <key>",
-    },
-    HelpEntry {
-        keywords: &["disable", "server"],
-        syntax: "disable server (DEPRECATED)",
-        desc: "disable a server for maintenance (use 'set server' instead)",
-    },
-    HelpEntry {
-        keywords: &["enable", "server"],
-        syntax: "enable server  (DEPRECATED)",
-        desc: "enable a disabled server (use 'set server' instead)",
-    },
-    HelpEntry {
-        keywords: &["get", "map"],
-        syntax: "get map <map> <value>",
-        desc: "report the keys and values matching a sample for a map",
-    },
-    HelpEntry {
-        keywords: &["get", "weight"],
-        syntax: "get weight <bk>/<srv>",
-        desc: "report a server's current weight",
-    },
-    HelpEntry {
-        keywords: &["operator"],
-        syntax: "operator",
-        desc: "lower the level of the current CLI session to operator",
-    },
-    HelpEntry {
-        keywords: &["prepare", "map"],
-        syntax: "prepare map <acl>",
-        desc: "prepare a new version for atomic map replacement",
-    },
-    HelpEntry {
-        keywords: &["set", "map"],
-        syntax: "set map <map> [<key>|#<ref>] <value>",
-        desc: "modify a map entry",
-    },
-    HelpEntry {
-        keywords: &["set", "server"],
-        syntax: "set server <bk>/<srv> [opts]",
-        desc: "change a server's state, weight, address or ssl",
-    },
-    HelpEntry {
-        keywords: &["set", "timeout"],
-        syntax: "set timeout [cli] <delay>",
-        desc: "change a timeout setting",
-    },
-    HelpEntry {
-        keywords: &["set", "weight"],
-        syntax: "set weight <bk>/<srv>  (DEPRECATED)",
-        desc: "change a server's weight (use 'set server' instead)",
-    },
-    HelpEntry {
-        keywords: &["show", "backend"],
-        syntax: "show backend",
-        desc: "list backends in the current running config",
-    },
-    HelpEntry {
-        keywords: &["show", "cli", "level"],
-        syntax: "show cli level",
-        desc: "display the level of the current CLI session",
-    },
-    HelpEntry {
-        keywords: &["show", "info"],
-        syntax: "show info [desc|json|typed|float]*",
-        desc: "report information about the running process",
-    },
-    HelpEntry {
-        keywords: &["show", "map"],
-        syntax: "show map [@ver] [map]",
-        desc: "report available maps or dump a map's contents",
-    },
-    HelpEntry {
-        keywords: &["show", "servers", "conn"],
-        syntax: "show servers conn [<backend>]",
-        desc: "dump server connections status (all or for a single backend)",
-    },
-    HelpEntry {
-        keywords: &["show", "servers", "state"],
-        syntax: "show servers state [<backend>]",
-        desc: "dump volatile server information (all or for a single backend)",
-    },
-    HelpEntry {
-        keywords: &["show", "sess"],
-        syntax: "show sess [id]",
-        desc: "report the list of current sessions or dump this exact session",
-    },
-    HelpEntry {
-        keywords: &["show", "stat"],
-        syntax: "show stat [desc|json|no-maint|typed|up]*",
-        desc: "report counters for each proxy and server",
-    },
-    HelpEntry {
-        keywords: &["shutdown", "session"],
-        syntax: "shutdown session [id]",
-        desc: "kill a specific session",
-    },
-    HelpEntry {
-        keywords: &["shutdown", "sessions", "server"],
-        syntax: "shutdown sessions server <bk>/<srv>",
-        desc: "kill sessions on a server",
-    },
-    HelpEntry {
-        keywords: &["user"],
-        syntax: "user",
-        desc: "lower the level of the current CLI session to user",
-    },
-    // Scheduler commands (kept together, before `help`, `prompt` and `quit`).
-    HelpEntry {
-        keywords: &["set", "profiling"],
-        syntax: "set profiling <what> {auto|on|off}",
-        desc: "enable/disable resource profiling (tasks,memory)",
-    },
-    HelpEntry {
-        keywords: &["show", "activity"],
-        syntax: "show activity",
-        desc: "show per-thread activities",
-    },
-    HelpEntry {
-        keywords: &["show", "profiling"],
-        syntax: "show profiling [<what>|<#lines>|byaddr]*",
-        desc: "show profiling state (all,status,tasks,memory)",
-    },
-    HelpEntry {
-        keywords: &["help"],
-        syntax: "help [<command>]",
-        desc: "list matching or all commands",
-    },
-    HelpEntry {
-        keywords: &["prompt"],
-        syntax: "prompt",
-        desc: "toggle interactive mode with prompt",
-    },
-    HelpEntry {
-        keywords: &["quit"],
-        syntax: "quit",
-        desc: "disconnect",
-    },
-    HelpEntry {
-        keywords: &["show", "version"],
-        syntax: "show version",
-        desc: "show version of the current process",
-    },
-    HelpEntry {
-        keywords: &["set", "severity-output"],
-        syntax: "set severity-output [none|number|string]",
-        desc: "set presence of severity level in feedback information",
-    },
-    HelpEntry {
-        keywords: &["set", "maxconn", "frontend"],
-        syntax: "set maxconn frontend <frontend> <value>",
-        desc: "change a frontend's maxconn setting",
-    },
-    HelpEntry {
-        keywords: &["set", "maxconn", "global"],
-        syntax: "set maxconn global <value>",
-        desc: "change the per-process maxconn setting",
-    },
-    HelpEntry {
-        keywords: &["set", "maxconn", "server"],
-        syntax: "set maxconn server <bk>/<srv>",
-        desc: "change a server's maxconn setting",
-    },
-    HelpEntry {
-        keywords: &["disable", "agent"],
-        syntax: "disable agent",
-        desc: "disable agent checks",
-    },
-    HelpEntry {
-        keywords: &["disable", "health"],
-        syntax: "disable health",
-        desc: "disable health checks",
-    },
-    HelpEntry {
-        keywords: &["enable", "agent"],
-        syntax: "enable agent",
-        desc: "enable agent checks",
-    },
-    HelpEntry {
-        keywords: &["enable", "health"],
-        syntax: "enable health",
-        desc: "enable health checks",
-    },
-];
+/// `show info [typed|json]`.
+pub(super) fn parse_show_info(a: Args<'_>) -> Command {
+    Command::ShowInfo(if a.words.contains(&"json") {
+        InfoFormat::Json
+    } else if a.words.contains(&"typed") {
+        InfoFormat::Typed
+    } else {
+        InfoFormat::Plain
+    })
+}
 
-/// Parse one request. Never fails: unknown input becomes [`Command::Unknown`].
-pub fn parse(req: &Request) -> Command {
-    let w: Vec<&str> = req.words.iter().map(String::as_str).collect();
-    match w.as_slice() {
-        [] => Command::Empty,
-        ["help", rest @ ..] => Command::Help(rest.iter().map(|s| s.to_string()).collect()),
-        ["prompt", rest @ ..] => parse_prompt(rest),
-        ["quit", ..] => Command::Quit,
-        ["operator", ..] => Command::SetLevel(CliLevel::Operator),
-        ["user", ..] => Command::SetLevel(CliLevel::User),
-        ["show", "cli", "level", ..] => Command::ShowCliLevel,
-        ["show", "info", rest @ ..] => Command::ShowInfo(if rest.contains(&"json") {
-            InfoFormat::Json
-        } else if rest.contains(&"typed") {
-            InfoFormat::Typed
-        } else {
-            InfoFormat::Plain
-        }),
-        ["show", "stat", rest @ ..] => Command::ShowStat(parse_stat_query(rest)),
-        ["show", "map"] => Command::ShowMaps,
-        ["show", "map", rest @ ..] => {
-            let (ver, rest) = split_version(rest);
-            Command::ShowMap {
-                ver,
-                map: first(rest),
-            }
-        }
-        ["get", "map", map, value, ..] => Command::GetMap {
+/// `show map` alone lists the maps; with words, `[@VER] MAP` dumps one.
+pub(super) fn parse_show_map(a: Args<'_>) -> Command {
+    if a.words.is_empty() {
+        return Command::ShowMaps;
+    }
+    let (ver, rest) = split_version(a.words);
+    Command::ShowMap {
+        ver,
+        map: first(rest),
+    }
+}
+
+/// `get map MAP VALUE`.
+pub(super) fn parse_get_map(a: Args<'_>) -> Command {
+    match a.words {
+        [map, value, ..] => Command::GetMap {
             map: map.to_string(),
             value: value.to_string(),
         },
-        ["get", "map", ..] => bad(CliLevel::User, ParseError::GetMapArgs),
-        ["add", "map", rest @ ..] => match (split_version(rest), &req.payload) {
-            ((ver, [map, ..]), Some(payload)) => Command::AddMapPayload {
-                ver,
-                map: map.to_string(),
-                payload: payload.clone(),
-            },
-            ((ver, [map, key, value, ..]), None) => Command::AddMap {
-                ver,
-                map: map.to_string(),
-                key: key.to_string(),
-                value: value.to_string(),
-            },
-            _ => bad(CliLevel::Operator, ParseError::AddMapArgs),
+        _ => Command::Bad(ParseError::GetMapArgs),
+    }
+}
+
+/// `add map [@VER] MAP KEY VALUE`, or `add map [@VER] MAP` with a payload.
+pub(super) fn parse_add_map(a: Args<'_>) -> Command {
+    match (split_version(a.words), a.payload) {
+        ((ver, [map, ..]), Some(payload)) => Command::AddMapPayload {
+            ver,
+            map: map.to_string(),
+            payload: payload.to_string(),
         },
-        ["set", "map", map, key, value, ..] => Command::SetMap {
+        ((ver, [map, key, value, ..]), None) => Command::AddMap {
+            ver,
             map: map.to_string(),
             key: key.to_string(),
             value: value.to_string(),
         },
-        ["set", "map", ..] => bad(CliLevel::Operator, ParseError::SetMapArgs),
-        ["del", "map", map, key, ..] => Command::DelMap {
+        _ => Command::Bad(ParseError::AddMapArgs),
+    }
+}
+
+/// `set map MAP KEY|#REF VALUE`.
+pub(super) fn parse_set_map(a: Args<'_>) -> Command {
+    match a.words {
+        [map, key, value, ..] => Command::SetMap {
+            map: map.to_string(),
+            key: key.to_string(),
+            value: value.to_string(),
+        },
+        _ => Command::Bad(ParseError::SetMapArgs),
+    }
+}
+
+/// `del map MAP KEY|#REF`.
+pub(super) fn parse_del_map(a: Args<'_>) -> Command {
+    match a.words {
+        [map, key, ..] => Command::DelMap {
             map: map.to_string(),
             key: key.to_string(),
         },
-        ["del", "map", ..] => bad(CliLevel::Operator, ParseError::DelMapArgs),
-        ["clear", "map", rest @ ..] => match split_version(rest) {
-            (ver, [map, ..]) => Command::ClearMap {
-                ver,
-                map: map.to_string(),
-            },
-            _ => bad(CliLevel::Operator, ParseError::MissingMapId),
+        _ => Command::Bad(ParseError::DelMapArgs),
+    }
+}
+
+/// `clear map [@VER] MAP`.
+pub(super) fn parse_clear_map(a: Args<'_>) -> Command {
+    match split_version(a.words) {
+        (ver, [map, ..]) => Command::ClearMap {
+            ver,
+            map: map.to_string(),
         },
-        ["prepare", "map", rest @ ..] => Command::PrepareMap(first(rest)),
-        ["commit", "map", rest @ ..] => match split_version(rest) {
-            (Some(ver), [map, ..]) => Command::CommitMap {
-                ver,
-                map: map.to_string(),
-            },
-            (Some(_), []) => bad(CliLevel::Operator, ParseError::MissingMapId),
-            (None, _) => bad(CliLevel::Operator, ParseError::MissingVersion),
+        _ => Command::Bad(ParseError::MissingMapId),
+    }
+}
+
+/// `commit map @VER MAP`.
+pub(super) fn parse_commit_map(a: Args<'_>) -> Command {
+    match split_version(a.words) {
+        (Some(ver), [map, ..]) => Command::CommitMap {
+            ver,
+            map: map.to_string(),
         },
-        ["get", "weight", rest @ ..] => Command::GetWeight(first(rest)),
-        ["set", "weight", rest @ ..] => Command::SetWeight {
-            target: first(rest),
-            weight: rest.get(1).map_or_else(String::new, |w| w.to_string()),
+        (Some(_), []) => Command::Bad(ParseError::MissingMapId),
+        (None, _) => Command::Bad(ParseError::MissingVersion),
+    }
+}
+
+/// `set timeout cli DELAY` (HAProxy knows no other timeout here).
+pub(super) fn parse_set_timeout(a: Args<'_>) -> Command {
+    match a.words {
+        ["cli", delay, ..] => match parse_delay_secs(delay) {
+            Ok(d) => Command::SetTimeoutCli(d),
+            Err(err) => Command::Bad(err),
         },
-        ["set", "server", rest @ ..] => Command::SetServer {
-            target: first(rest),
-            op: parse_server_op(rest.get(1..).unwrap_or_default()),
+        ["cli"] => Command::Bad(ParseError::ExpectsInteger),
+        _ => Command::Bad(ParseError::TimeoutOnlyCli),
+    }
+}
+
+/// `show profiling [all|status|tasks|memory|byaddr|N]*`.
+pub(super) fn parse_show_profiling(a: Args<'_>) -> Command {
+    match parse_profiling_query(a.words) {
+        Ok(q) => Command::ShowProfiling(q),
+        Err(err) => Command::Bad(err),
+    }
+}
+
+/// `set profiling tasks on|auto|off`.
+pub(super) fn parse_set_profiling(a: Args<'_>) -> Command {
+    match parse_profiling_mode(a.words) {
+        Ok(mode) => Command::SetProfilingTasks(mode),
+        Err(err) => Command::Bad(err),
+    }
+}
+
+/// `set severity-output none|number|string`.
+pub(super) fn parse_severity_output(a: Args<'_>) -> Command {
+    match a.words.first().copied() {
+        Some("none") => Command::SetSeverityOutput(SeverityOutput::None),
+        Some("number") => Command::SetSeverityOutput(SeverityOutput::Number),
+        Some("string") => Command::SetSeverityOutput(SeverityOutput::String),
+        _ => Command::Bad(ParseError::SeverityOutputArgs),
+    }
+}
+
+/// `set maxconn server B/S N` (the value's error is reported after the lookup).
+pub(super) fn parse_maxconn_server(a: Args<'_>) -> Command {
+    Command::SetMaxconnServer {
+        target: first(a.words),
+        value: parse_server_maxconn(a.words.get(1).copied().unwrap_or("")),
+    }
+}
+
+/// `set maxconn frontend F N`: HAProxy's `atoi`, negative refused.
+pub(super) fn parse_maxconn_frontend(a: Args<'_>) -> Command {
+    Command::SetMaxconnFrontend {
+        frontend: first(a.words),
+        value: match a.words.get(1) {
+            None => Err(ParseError::IntegerExpected),
+            Some(w) => usize::try_from(atoi(w))
+                .map(|n| n.min(MAX_MAXCONN))
+                .map_err(|_| ParseError::ValueOutOfRange),
         },
-        ["enable", "server", rest @ ..] => Command::EnableServer(first(rest)),
-        ["disable", "server", rest @ ..] => Command::DisableServer(first(rest)),
-        ["show", "servers", "state", rest @ ..] => {
-            Command::ShowServersState(rest.first().map(|b| b.to_string()))
-        }
-        ["show", "servers", "conn", rest @ ..] => {
-            Command::ShowServersConn(rest.first().map(|b| b.to_string()))
-        }
-        ["show", "backend", ..] => Command::ShowBackend,
-        ["show", "sess", ..] => Command::ShowSess,
-        ["shutdown", "session", rest @ ..] => Command::ShutdownSession(first(rest)),
-        ["shutdown", "sessions", "server", rest @ ..] => {
-            Command::ShutdownSessionsServer(first(rest))
-        }
-        ["clear", "counters", rest @ ..] => Command::ClearCounters {
-            all: rest.first() == Some(&"all"),
-        },
-        ["set", "timeout", rest @ ..] => match rest {
-            ["cli", delay, ..] => match parse_delay_secs(delay) {
-                Ok(d) => Command::SetTimeoutCli(d),
-                Err(err) => Command::Bad {
-                    need: CliLevel::User,
-                    err,
-                },
-            },
-            ["cli"] => Command::Bad {
-                need: CliLevel::User,
-                err: ParseError::ExpectsInteger,
-            },
-            _ => Command::Bad {
-                need: CliLevel::User,
-                err: ParseError::TimeoutOnlyCli,
-            },
-        },
-        ["show", "activity", ..] => Command::ShowActivity,
-        ["show", "profiling", rest @ ..] => match parse_profiling_query(rest) {
-            Ok(q) => Command::ShowProfiling(q),
-            Err(err) => bad(CliLevel::Admin, err),
-        },
-        ["set", "profiling", rest @ ..] => match parse_set_profiling(rest) {
-            Ok(mode) => Command::SetProfilingTasks(mode),
-            Err(err) => bad(CliLevel::Admin, err),
-        },
-        ["show", "version", ..] => Command::ShowVersion,
-        ["set", "severity-output", rest @ ..] => match rest.first().copied() {
-            Some("none") => Command::SetSeverityOutput(SeverityOutput::None),
-            Some("number") => Command::SetSeverityOutput(SeverityOutput::Number),
-            Some("string") => Command::SetSeverityOutput(SeverityOutput::String),
-            _ => bad(CliLevel::User, ParseError::SeverityOutputArgs),
-        },
-        ["set", "maxconn", "server", rest @ ..] => Command::SetMaxconnServer {
-            target: first(rest),
-            value: parse_server_maxconn(rest.get(1).copied().unwrap_or("")),
-        },
-        ["set", "maxconn", "frontend", rest @ ..] => Command::SetMaxconnFrontend {
-            frontend: first(rest),
-            value: match rest.get(1) {
-                None => Err(ParseError::IntegerExpected),
-                Some(w) => usize::try_from(atoi(w))
-                    .map(|n| n.min(MAX_MAXCONN))
-                    .map_err(|_| ParseError::ValueOutOfRange),
-            },
-        },
-        ["set", "maxconn", "global", v, ..] => Command::SetMaxconnGlobal(atoi(v)),
-        ["set", "maxconn", "global"] => bad(CliLevel::Admin, ParseError::ExpectsInteger),
-        ["enable", "health", rest @ ..] => Command::EnableHealth(first(rest)),
-        ["disable", "health", rest @ ..] => Command::DisableHealth(first(rest)),
-        ["enable", "agent", rest @ ..] => Command::EnableAgent(first(rest)),
-        ["disable", "agent", rest @ ..] => Command::DisableAgent(first(rest)),
-        _ => Command::Unknown(req.words.clone()),
+    }
+}
+
+/// `set maxconn global N`.
+pub(super) fn parse_maxconn_global(a: Args<'_>) -> Command {
+    match a.words.first() {
+        Some(v) => Command::SetMaxconnGlobal(atoi(v)),
+        None => Command::Bad(ParseError::ExpectsInteger),
     }
 }
 
@@ -769,7 +603,7 @@ fn parse_profiling_query(args: &[&str]) -> Result<ProfilingQuery, ParseError> {
 
 /// `set profiling tasks on|auto|off` (`memory` is not compiled in, as in builds
 /// without USE_MEMORY_PROFILING).
-fn parse_set_profiling(args: &[&str]) -> Result<crate::scheduler::ProfilingMode, ParseError> {
+fn parse_profiling_mode(args: &[&str]) -> Result<crate::scheduler::ProfilingMode, ParseError> {
     use crate::scheduler::ProfilingMode;
     match args {
         ["memory", ..] => Err(ParseError::NoMemoryProfiling),
@@ -786,7 +620,7 @@ fn parse_set_profiling(args: &[&str]) -> Result<crate::scheduler::ProfilingMode,
 
 /// `prompt [help | n | i | p | timed]*`, read word by word as HAProxy 3.x does:
 /// the last of `n|i|p` wins; `help` or an unknown word stops the reading.
-fn parse_prompt(words: &[&str]) -> Command {
+pub(super) fn parse_prompt(words: &[&str]) -> Command {
     if words.is_empty() {
         return Command::Prompt;
     }
@@ -799,7 +633,7 @@ fn parse_prompt(words: &[&str]) -> Command {
             "p" => mode = Some(PromptMode::Prompt),
             "timed" => timed = true,
             "help" => return Command::PromptHelp,
-            _ => return bad(CliLevel::User, ParseError::PromptArgs),
+            _ => return Command::Bad(ParseError::PromptArgs),
         }
     }
     Command::PromptSet { mode, timed }
@@ -837,12 +671,12 @@ fn split_version<'a, 'b>(words: &'a [&'b str]) -> (Option<u32>, &'a [&'b str]) {
 }
 
 /// The first argument word, or an empty string when there is none.
-fn first(rest: &[&str]) -> String {
+pub(super) fn first(rest: &[&str]) -> String {
     rest.first().map_or_else(String::new, |w| w.to_string())
 }
 
 /// The operation words after `set server B/S`.
-fn parse_server_op(words: &[&str]) -> ServerOp {
+pub(super) fn parse_server_op(words: &[&str]) -> ServerOp {
     match words {
         ["state", w, ..] => match *w {
             "ready" => ServerOp::State(AdminState::Ready),
@@ -900,13 +734,9 @@ fn port_words(rest: &[&str]) -> Option<String> {
     }
 }
 
-fn bad(need: CliLevel, err: ParseError) -> Command {
-    Command::Bad { need, err }
-}
-
 /// `show stat` arguments as HAProxy reads them: the filter applies only when three
 /// positional words are present; anything else (`typed`, `json`, ...) is a format flag.
-fn parse_stat_query(args: &[&str]) -> StatQuery {
+pub(super) fn parse_stat_query(args: &[&str]) -> StatQuery {
     let typed = args.contains(&"typed");
     let [px, ty, sid, ..] = args else {
         return StatQuery {
@@ -994,9 +824,18 @@ fn parse_delay_secs(s: &str) -> Result<Duration, ParseError> {
 mod tests {
     use super::*;
 
-    fn p(line: &str) -> Command {
+    fn parsed(line: &str) -> Parsed {
         let reqs = super::super::frame::split_line(line.as_bytes());
         parse(reqs.first().unwrap_or(&Request::default()))
+    }
+
+    fn p(line: &str) -> Command {
+        parsed(line).cmd
+    }
+
+    /// The level its table entry says `line` needs.
+    fn level(line: &str) -> CliLevel {
+        parsed(line).level()
     }
 
     #[test]
@@ -1007,10 +846,24 @@ mod tests {
         assert_eq!(p("prompt"), Command::Prompt);
         assert_eq!(p("quit"), Command::Quit);
         assert_eq!(p("user"), Command::SetLevel(CliLevel::User));
-        assert_eq!(p("operator").level(), CliLevel::Operator);
+        assert_eq!(level("operator"), CliLevel::Operator);
         assert_eq!(p("show cli level"), Command::ShowCliLevel);
         assert_eq!(p(""), Command::Empty);
         assert_eq!(p("admin"), Command::Unknown(vec!["admin".to_string()]));
+    }
+
+    #[test]
+    fn levels_come_from_the_table_and_fail_closed_without_it() {
+        assert_eq!(level(""), CliLevel::User);
+        assert_eq!(level("no such command"), CliLevel::User);
+        assert_eq!(level("set server b/s1 state maint"), CliLevel::Admin);
+        // A command built by hand, without its entry, is not open to everyone.
+        let orphan = Parsed {
+            spec: None,
+            cmd: Command::DisableServer("b/s1".into()),
+        };
+        assert_eq!(orphan.level(), CliLevel::Admin);
+        assert!(!orphan.heavy() && !orphan.on_workers());
     }
 
     #[test]
@@ -1086,41 +939,18 @@ mod tests {
             "set timeout cli -1",
         ] {
             assert!(
-                matches!(
-                    p(bad),
-                    Command::Bad {
-                        err: ParseError::InvalidTimeout,
-                        ..
-                    }
-                ),
+                matches!(p(bad), Command::Bad(ParseError::InvalidTimeout)),
                 "{bad}"
             );
         }
         assert!(matches!(
             p("set timeout cli"),
-            Command::Bad {
-                err: ParseError::ExpectsInteger,
-                ..
-            }
+            Command::Bad(ParseError::ExpectsInteger)
         ));
         assert!(matches!(
             p("set timeout server 5"),
-            Command::Bad {
-                err: ParseError::TimeoutOnlyCli,
-                ..
-            }
+            Command::Bad(ParseError::TimeoutOnlyCli)
         ));
-    }
-
-    #[test]
-    fn help_table_matches_the_parser() {
-        for e in HELP {
-            let line = e.keywords.join(" ");
-            assert!(
-                !matches!(p(&line), Command::Unknown(_)),
-                "help lists '{line}' but the parser does not know it"
-            );
-        }
     }
 
     #[test]
@@ -1182,7 +1012,7 @@ mod tests {
             ("disable agent", Command::DisableAgent(String::new())),
         ] {
             assert_eq!(p(line), cmd);
-            assert_eq!(p(line).level(), CliLevel::Admin, "{line}");
+            assert_eq!(level(line), CliLevel::Admin, "{line}");
         }
     }
 
@@ -1206,8 +1036,9 @@ mod tests {
         );
         assert_eq!(
             p("show profiling bogus"),
-            bad(CliLevel::Admin, ParseError::ShowProfilingArgs)
+            Command::Bad(ParseError::ShowProfilingArgs)
         );
+        assert_eq!(level("show profiling bogus"), CliLevel::Admin);
         for (line, mode) in [
             ("set profiling tasks on", ProfilingMode::On),
             ("set profiling tasks auto", ProfilingMode::Auto),
@@ -1215,20 +1046,19 @@ mod tests {
         ] {
             assert_eq!(p(line), Command::SetProfilingTasks(mode));
         }
-        assert_eq!(
-            p("set profiling tasks maybe"),
-            bad(CliLevel::Admin, ParseError::SetProfilingTasksMode)
-        );
-        assert_eq!(
-            p("set profiling cpu on"),
-            bad(CliLevel::Admin, ParseError::SetProfilingWhat)
-        );
-        assert_eq!(
-            p("set profiling memory on"),
-            bad(CliLevel::Admin, ParseError::NoMemoryProfiling)
-        );
-        assert_eq!(p("show profiling").level(), CliLevel::Admin);
-        assert_eq!(p("set profiling tasks on").level(), CliLevel::Admin);
-        assert_eq!(p("show activity").level(), CliLevel::User);
+        for (line, err) in [
+            (
+                "set profiling tasks maybe",
+                ParseError::SetProfilingTasksMode,
+            ),
+            ("set profiling cpu on", ParseError::SetProfilingWhat),
+            ("set profiling memory on", ParseError::NoMemoryProfiling),
+        ] {
+            assert_eq!(p(line), Command::Bad(err), "{line}");
+            assert_eq!(level(line), CliLevel::Admin, "{line}");
+        }
+        assert_eq!(level("show profiling"), CliLevel::Admin);
+        assert_eq!(level("set profiling tasks on"), CliLevel::Admin);
+        assert_eq!(level("show activity"), CliLevel::User);
     }
 }

@@ -1,8 +1,9 @@
 //! The one place a CLI command takes effect.
 //!
-//! `dispatch` checks the session's level, applies the command (to the connection's
-//! [`Session`] or, for later commands, to the runtime state behind [`Ctx`]), and returns
-//! the answer body. Parsing (`command.rs`) and formatting (`render.rs`) stay out of here;
+//! `dispatch` (and `dispatch_workers`, for the commands the workers answer) checks the
+//! session's level against the command's table entry, applies the command (to the
+//! connection's [`Session`] or to the runtime state behind [`Ctx`]), and returns the
+//! answer body. Parsing (`command.rs`) and formatting (`render.rs`) stay out of here;
 //! nothing else in the CLI changes state. Answers are HAProxy's exact strings.
 //!
 //! Server commands (`set weight`, `set server`, `enable|disable server`) change the
@@ -29,8 +30,8 @@ use crate::lb::{ServerRt, MAX_WEIGHT};
 use crate::maps::{MapError, MapRt, Maps};
 
 use super::command::{
-    AdminState, Command, ForcedHealth, ParseError, PromptMode, ProxySel, ServerOp, SeverityOutput,
-    PROMPT_USAGE,
+    AdminState, Command, ForcedHealth, ParseError, Parsed, PromptMode, ProxySel, ServerOp,
+    SeverityOutput, PROMPT_USAGE,
 };
 use super::render::{self, StatFilter};
 use super::stream::Producer;
@@ -181,24 +182,18 @@ impl Output {
     }
 }
 
-/// Commands that change the workers' flow registries (answered asynchronously by
-/// [`dispatch_workers`]; `show sess` is a [`Producer`] the connection loop drains).
-pub fn needs_workers(cmd: &Command) -> bool {
-    matches!(
-        cmd,
-        Command::ShutdownSession(_)
-            | Command::ShutdownSessionsServer(_)
-            | Command::ShowActivity
-            | Command::ShowProfiling(_)
-    )
-}
-
-/// Apply `shutdown session ID` / `shutdown sessions server B/S` (level already
-/// checked): the owning workers abort the flows' tasks, which closes both sockets.
-pub async fn dispatch_workers(ctx: &Ctx, cmd: Command) -> Output {
+/// Run one command whose table entry says the workers answer it
+/// ([`Parsed::on_workers`]; `show sess` is a [`Producer`] the connection loop
+/// drains): `shutdown session ID` / `shutdown sessions server B/S` make the owning
+/// workers abort the flows' tasks, which closes both sockets; `show activity` and
+/// `show profiling` gather every worker's scheduler counters.
+pub async fn dispatch_workers(ctx: &Ctx, sess: &Session, p: Parsed) -> Output {
     use super::sessions;
     use crate::stats::flows;
-    match cmd {
+    if !allowed(sess.level, p.level()) {
+        return Output::err(PERMISSION_DENIED);
+    }
+    match p.cmd {
         Command::ShutdownSession(word) => {
             if word.is_empty() {
                 return Output::err(SESSION_POINTER_EXPECTED);
@@ -263,12 +258,12 @@ async fn gather_thread_stats(ctx: &Ctx) -> Vec<crate::scheduler::ThreadStats> {
     out
 }
 
-/// Run one command for one CLI session.
-pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
-    if !allowed(sess.level, cmd.level()) {
+/// Run one command for one CLI session, at the level its table entry says.
+pub fn dispatch(ctx: &Ctx, sess: &mut Session, p: Parsed) -> Output {
+    if !allowed(sess.level, p.level()) {
         return Output::err(PERMISSION_DENIED);
     }
-    match cmd {
+    match p.cmd {
         Command::Empty => Output::empty(),
         Command::Help(words) => Output::info(render::help(&words)),
         Command::Prompt => {
@@ -445,15 +440,15 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, cmd: Command) -> Output {
             Output::empty()
         }
         Command::ShowSess => Output::Stream(Producer::sessions(ctx)),
-        // Answered by `dispatch_workers` (the connection loop routes them there).
+        // Answered by `dispatch_workers` (their table entries say `on_workers`).
         Command::ShutdownSession(_) | Command::ShutdownSessionsServer(_) => Output::empty(),
-        Command::Bad { err, .. } => Output::err(format!("{err}\n")),
+        Command::Bad(err) => Output::err(format!("{err}\n")),
         Command::Unknown(words) => Output::info(render::unknown(&words)),
         Command::SetProfilingTasks(mode) => {
             crate::scheduler::set_profiling_mode(mode);
             Output::empty()
         }
-        // Answered by `dispatch_workers` (the connection loop routes them there).
+        // Answered by `dispatch_workers` (their table entries say `on_workers`).
         Command::ShowActivity | Command::ShowProfiling(_) => Output::empty(),
         Command::ShowVersion => Output::info(format!("{}\n", env!("CARGO_PKG_VERSION"))),
         Command::SetSeverityOutput(mode) => {
@@ -787,7 +782,7 @@ fn map_change(
 }
 
 /// Whether `have` may run what needs `need` (user < operator < admin).
-pub fn allowed(have: CliLevel, need: CliLevel) -> bool {
+fn allowed(have: CliLevel, need: CliLevel) -> bool {
     have >= need
 }
 

@@ -2,8 +2,9 @@
 //!
 //! Owns the `stats socket` Unix listeners (bound at start-up, before privileges are
 //! dropped, by [`Sockets::bind`]; files removed when [`Sockets`] drops) and each client
-//! connection's life: read → split into requests (`frame`) → parse (`command`) → apply
-//! (`dispatch`, the only place state changes) → render (`render`) → batched write.
+//! connection's life: read → split into requests (`frame`) → parse (`command`, against
+//! the command table in `table`) → apply (`dispatch`, the only place state changes) →
+//! render (`render`) → batched write.
 //! Large answers (`show map MAP`, `show sess`) come back from `dispatch` as a
 //! `stream::Producer` and are drained a chunk at a time ([`drain`]).
 //!
@@ -12,11 +13,11 @@
 //!   that called [`serve`] (thread 0); no bare `tokio::spawn`. Heavy work runs from the
 //!   scheduler's Heavy class (at most one heavy run per loop while flows have work): a
 //!   connection marks itself heavy ([`scheduler::heavy`]) before a command that
-//!   loads, clears or replaces a whole map or walks the kernel's BPF maps
-//!   ([`heavy_command`]), and while it drains a streamed answer (from its first chunk
-//!   for a large map dump, from its second otherwise). A large `add map <<` payload
-//!   is applied in slices of [`PAYLOAD_SLICE`] bytes with a yield between two, so no
-//!   single run of a connection applies thousands of entries.
+//!   loads, clears or replaces a whole map or walks the kernel's BPF maps (its
+//!   table entry's `heavy`, see `table`), and while it drains a streamed answer (from
+//!   its first chunk for a large map dump, from its second otherwise). A large
+//!   `add map <<` payload is applied in slices of [`PAYLOAD_SLICE`] bytes with a yield
+//!   between two, so no single run of a connection applies thousands of entries.
 //! - At most `stats maxconn` connections per socket; beyond that the listener stops
 //!   accepting (clients wait in the kernel backlog), as HAProxy does.
 //! - Output is held while the batch of input already received still has commands and
@@ -42,6 +43,7 @@ pub mod frame;
 pub mod render;
 pub mod sessions;
 pub mod stream;
+pub mod table;
 pub mod typed;
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -76,19 +78,6 @@ pub const HEAVY_PAYLOAD: usize = 4 * 1024;
 /// Bytes of an `add map <<` payload applied between two yields (about 250 entries,
 /// a few hundred µs).
 const PAYLOAD_SLICE: usize = 4 * 1024;
-
-/// Whether a command is heavy work, run from the scheduler's Heavy class: a large
-/// map load, a map clear or commit (they drop a whole table), `show info` while the
-/// kernel handoff is loaded (it walks the BPF maps to count their entries).
-pub fn heavy_command(cmd: &command::Command) -> bool {
-    use command::Command;
-    match cmd {
-        Command::AddMapPayload { payload, .. } => payload.len() >= HEAVY_PAYLOAD,
-        Command::ClearMap { .. } | Command::CommitMap { .. } => true,
-        Command::ShowInfo(_) => crate::handoff::sockmap::kernel().is_some(),
-        _ => false,
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
@@ -545,6 +534,7 @@ async fn drain<S: AsyncWrite + Unpin>(
 async fn add_payload_sliced(
     ctx: &Ctx,
     sess: &mut Session,
+    spec: Option<&'static table::Spec>,
     ver: Option<u32>,
     map: String,
     payload: String,
@@ -561,7 +551,7 @@ async fn add_payload_sliced(
             map: map.clone(),
             payload: slice.to_string(),
         };
-        let out = dispatch::dispatch(ctx, sess, cmd);
+        let out = dispatch::dispatch(ctx, sess, command::Parsed { spec, cmd });
         if tail.is_empty() || out.is_err() {
             return out;
         }
@@ -653,23 +643,21 @@ where
                                 .await;
                             return;
                         }
-                        let cmd = command::parse(&req);
+                        let parsed = command::parse(&req);
                         // Held to the end of this command (its streamed answer too).
-                        let _heavy = if heavy_command(&cmd) {
+                        let _heavy = if parsed.heavy() {
                             Some(scheduler::heavy().await)
                         } else {
                             None
                         };
-                        let answer =
-                            if let command::Command::AddMapPayload { ver, map, payload } = cmd {
-                                add_payload_sliced(ctx, &mut sess, ver, map, payload).await
-                            } else if !dispatch::needs_workers(&cmd) {
-                                dispatch::dispatch(ctx, &mut sess, cmd)
-                            } else if !dispatch::allowed(sess.level, cmd.level()) {
-                                dispatch::Output::err(dispatch::PERMISSION_DENIED)
-                            } else {
-                                dispatch::dispatch_workers(ctx, cmd).await
-                            };
+                        let answer = match parsed {
+                            command::Parsed {
+                                spec,
+                                cmd: command::Command::AddMapPayload { ver, map, payload },
+                            } => add_payload_sliced(ctx, &mut sess, spec, ver, map, payload).await,
+                            p if p.on_workers() => dispatch::dispatch_workers(ctx, &sess, p).await,
+                            p => dispatch::dispatch(ctx, &mut sess, p),
+                        };
                         if sess.quit {
                             // `quit` answers nothing, not even the empty line.
                             let _ = send(ctx, &mut stream, &out).await;

@@ -1,5 +1,5 @@
-//! CLI output formats: `show info`, `show stat` (HAProxy 2.6 CSV), `help`, the
-//! unknown-command answer.
+//! CLI output formats: `show info`, `show stat` (HAProxy 2.6 CSV), `help` and the
+//! unknown-command answer (both list the command table, `table.rs`).
 //!
 //! Owns the exact text that HAProxy tools parse: field names, column order (the 128
 //! `show stat` columns of HAProxy 2.6, header included byte for byte), which columns a
@@ -14,7 +14,8 @@ use crate::config::{Backend, Balance, CliLevel, Frontend};
 
 use crate::maps::{Maps, Table};
 
-use super::command::{HelpEntry, InfoFormat, HELP};
+use super::command::InfoFormat;
+use super::table::{listing_order, Spec, COMMANDS};
 use super::Ctx;
 
 /// The `show stat` columns of HAProxy 2.6, in order (index = column number).
@@ -949,41 +950,29 @@ pub fn show_info(ctx: &Ctx, fmt: InfoFormat) -> String {
 /// Width of the syntax column in `help` listings.
 const HELP_SYNTAX_WIDTH: usize = 40;
 
-fn help_line(out: &mut String, e: &HelpEntry) {
+fn help_line(out: &mut String, e: &Spec) {
     let _ = writeln!(
         out,
         "  {:<width$}: {}",
-        e.syntax,
-        e.desc,
+        e.usage,
+        e.help,
         width = HELP_SYNTAX_WIDTH
     );
 }
 
-/// The commands HAProxy always lists last, in this order, whatever else is listed.
-const ALWAYS_LAST: [&str; 3] = ["help", "prompt", "quit"];
-
-/// HAProxy's listing order: by usage text (`strcmp`), then `help`, `prompt`, `quit`.
-/// Sorting here lets the [`HELP`] table grow at its end.
-fn help_order(a: &HelpEntry, b: &HelpEntry) -> std::cmp::Ordering {
-    let last = |e: &HelpEntry| ALWAYS_LAST.iter().position(|k| *k == e.keywords[0]);
-    match (last(a), last(b)) {
-        (None, None) => a.syntax.cmp(b.syntax),
-        (x, y) => x.is_some().cmp(&y.is_some()).then(x.cmp(&y)),
-    }
-}
-
-/// `help [WORDS]`: every command, or those whose keywords start with WORDS.
+/// `help [WORDS]`: every command of the table, or those whose words start with
+/// WORDS, in HAProxy's listing order.
 pub fn help(words: &[String]) -> String {
-    let matching: Vec<&HelpEntry> = HELP
+    let matching: Vec<&Spec> = COMMANDS
         .iter()
-        .filter(|e| words.iter().zip(e.keywords.iter()).all(|(w, k)| w == k))
+        .filter(|e| words.iter().zip(e.words.iter()).all(|(w, k)| w == k))
         .collect();
     let mut list = if matching.is_empty() {
-        HELP.iter().collect()
+        COMMANDS.iter().collect()
     } else {
         matching
     };
-    list.sort_by(|a, b| help_order(a, b));
+    list.sort_by(|a, b| listing_order(a, b));
     let mut out = String::from("The following commands are valid at this level:\n");
     for e in list {
         help_line(&mut out, e);
@@ -1025,28 +1014,29 @@ fn fp_distance(a: &[i32], b: &[i32]) -> i32 {
 pub fn unknown(words: &[String]) -> String {
     let typed: Vec<&str> = words.iter().map(String::as_str).collect();
     let fp = fingerprint(&typed);
-    let mut scored: Vec<(i32, usize)> = HELP
+    let mut scored: Vec<(i32, usize)> = COMMANDS
         .iter()
         .enumerate()
-        .filter(|(_, e)| !ALWAYS_LAST.contains(&e.keywords[0]))
+        .filter(|(_, e)| !e.always_listed())
         .map(|(i, e)| {
-            let n = e.keywords.len().min(typed.len().max(1));
-            (fp_distance(&fp, &fingerprint(&e.keywords[..n])), i)
+            let n = e.words.len().min(typed.len().max(1));
+            (fp_distance(&fp, &fingerprint(&e.words[..n])), i)
         })
         .collect();
     scored.sort();
     let mut chosen: Vec<usize> = scored.iter().take(MAX_MATCHES).map(|&(_, i)| i).collect();
     chosen.extend(
-        HELP.iter()
+        COMMANDS
+            .iter()
             .enumerate()
-            .filter(|(_, e)| ALWAYS_LAST.contains(&e.keywords[0]))
+            .filter(|(_, e)| e.always_listed())
             .map(|(i, _)| i),
     );
-    chosen.sort_by(|&a, &b| help_order(&HELP[a], &HELP[b]));
+    chosen.sort_by(|&a, &b| listing_order(&COMMANDS[a], &COMMANDS[b]));
     let mut out =
         String::from("Unknown command, but maybe one of the following ones is a better match:\n");
     for i in chosen {
-        help_line(&mut out, &HELP[i]);
+        help_line(&mut out, &COMMANDS[i]);
     }
     out
 }

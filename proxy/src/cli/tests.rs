@@ -1377,15 +1377,24 @@ fn every_stat_cell_shunt_prints_has_typed_tags() {
 // ---- show version, severity-output, prompt modes, set maxconn, set server addr ----
 
 fn parse_line(line: &str) -> command::Command {
+    parsed_line(line).cmd
+}
+
+fn parsed_line(line: &str) -> command::Parsed {
     let reqs = frame::split_line(line.as_bytes());
     command::parse(reqs.first().unwrap_or(&frame::Request::default()))
+}
+
+/// The level the table entry of `line` says it needs.
+fn level_of(line: &str) -> CliLevel {
+    parsed_line(line).level()
 }
 
 #[test]
 fn misc_commands_parse() {
     use command::{Command as C, ParseError as E, PromptMode as M, SeverityOutput as S};
     assert_eq!(parse_line("show version"), C::ShowVersion);
-    assert_eq!(parse_line("show version").level(), CliLevel::User);
+    assert_eq!(level_of("show version"), CliLevel::User);
     assert_eq!(
         parse_line("set severity-output number"),
         C::SetSeverityOutput(S::Number)
@@ -1399,14 +1408,8 @@ fn misc_commands_parse() {
         C::SetSeverityOutput(S::None)
     );
     for bad in ["set severity-output", "set severity-output Number"] {
-        assert_eq!(
-            parse_line(bad),
-            C::Bad {
-                need: CliLevel::User,
-                err: E::SeverityOutputArgs
-            },
-            "{bad}"
-        );
+        assert_eq!(parse_line(bad), C::Bad(E::SeverityOutputArgs), "{bad}");
+        assert_eq!(level_of(bad), CliLevel::User, "{bad}");
     }
 
     assert_eq!(parse_line("prompt"), C::Prompt);
@@ -1421,13 +1424,7 @@ fn misc_commands_parse() {
     );
     assert_eq!(parse_line("prompt help"), C::PromptHelp);
     assert_eq!(parse_line("prompt i help x"), C::PromptHelp);
-    assert!(matches!(
-        parse_line("prompt x help"),
-        C::Bad {
-            err: E::PromptArgs,
-            ..
-        }
-    ));
+    assert_eq!(parse_line("prompt x help"), C::Bad(E::PromptArgs));
 
     let srv = |target: &str, value| C::SetMaxconnServer {
         target: target.into(),
@@ -1455,10 +1452,7 @@ fn misc_commands_parse() {
         parse_line("set maxconn server b/s1 12x"),
         srv("b/s1", Err(E::MaxconnTrailing))
     );
-    assert_eq!(
-        parse_line("set maxconn server b/s1 1").level(),
-        CliLevel::Admin
-    );
+    assert_eq!(level_of("set maxconn server b/s1 1"), CliLevel::Admin);
 
     let fe = |f: &str, value| C::SetMaxconnFrontend {
         frontend: f.into(),
@@ -1479,23 +1473,15 @@ fn misc_commands_parse() {
         parse_line("set maxconn frontend"),
         fe("", Err(E::IntegerExpected))
     );
-    assert_eq!(
-        parse_line("set maxconn frontend fe 5").level(),
-        CliLevel::Admin
-    );
+    assert_eq!(level_of("set maxconn frontend fe 5"), CliLevel::Admin);
 
     assert_eq!(
         parse_line("set maxconn global 100"),
         C::SetMaxconnGlobal(100)
     );
     assert_eq!(parse_line("set maxconn global -5"), C::SetMaxconnGlobal(-5));
-    assert_eq!(
-        parse_line("set maxconn global"),
-        C::Bad {
-            need: CliLevel::Admin,
-            err: E::ExpectsInteger
-        }
-    );
+    assert_eq!(parse_line("set maxconn global"), C::Bad(E::ExpectsInteger));
+    assert_eq!(level_of("set maxconn global"), CliLevel::Admin);
     assert!(matches!(parse_line("set maxconn bogus 1"), C::Unknown(_)));
 
     let addr = |a: &str, p: Option<&str>| C::SetServer {
@@ -2009,4 +1995,94 @@ fn show_map_of_a_large_map_streams_in_order_and_keeps_batching() {
         w >= chunks && w <= 2 * chunks + 2,
         "{w} writes for {chunks} chunks"
     );
+}
+
+// ---- the command table ----
+
+#[test]
+fn the_command_table_is_complete_unique_guarded_and_listed_by_help() {
+    use std::collections::HashSet;
+    use table::{Level, COMMANDS};
+    let (ctx, _tx) = ctx();
+
+    // Every entry has a usage and a description, and no two share their words.
+    let mut seen = HashSet::new();
+    for spec in COMMANDS {
+        let line = spec.words.join(" ");
+        assert!(!spec.words.is_empty(), "an entry without words");
+        assert!(!spec.usage.trim().is_empty(), "'{line}' has no usage");
+        assert!(!spec.help.trim().is_empty(), "'{line}' has no description");
+        assert!(seen.insert(spec.words), "two entries for '{line}'");
+        // The words alone select the entry (longest match).
+        let parsed = parsed_line(&line);
+        assert!(
+            parsed.spec.is_some_and(|s| std::ptr::eq(s, spec)),
+            "'{line}' selects {:?}",
+            parsed.spec.map(|s| s.words)
+        );
+    }
+
+    // Every command above user level is refused on a user-level session with
+    // HAProxy's text, and an admin-only one on an operator-level session too; the
+    // refusal changes nothing (the session keeps its level).
+    let denied = format!("{}\n", dispatch::PERMISSION_DENIED);
+    assert_eq!(denied, "Permission denied\n\n");
+    let mut admin_only = 0;
+    for spec in COMMANDS {
+        let line = spec.words.join(" ");
+        let need = parsed_line(&line).level();
+        if matches!(spec.level, Level::Admin) {
+            assert_eq!(need, CliLevel::Admin, "{line}");
+            admin_only += 1;
+        }
+        for have in [CliLevel::User, CliLevel::Operator] {
+            if have >= need {
+                continue;
+            }
+            let got = converse(
+                &ctx,
+                Session::new(have, Duration::from_secs(10)),
+                format!("{line}; show cli level\n").as_bytes(),
+                true,
+            );
+            let shown = render::level_name(have);
+            assert_eq!(got, format!("{denied}{shown}\n\n"), "'{line}' at {shown}");
+        }
+    }
+    assert!(admin_only > 0);
+    // A level decided by the arguments: `clear counters all` needs admin.
+    assert_eq!(level_of("clear counters"), CliLevel::Operator);
+    assert_eq!(level_of("clear counters all"), CliLevel::Admin);
+
+    // `help` lists exactly the table's commands, each once, in HAProxy's order: by
+    // usage text, then `help`, `prompt`, `quit`.
+    let out = converse(&ctx, op_session(), b"help\n", true);
+    let body = out
+        .strip_prefix("The following commands are valid at this level:\n")
+        .and_then(|b| b.strip_suffix("\n\n"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let lines: Vec<&str> = body.split('\n').collect();
+    assert_eq!(lines.len(), COMMANDS.len(), "{body}");
+    let listed: Vec<&table::Spec> = lines
+        .iter()
+        .map(|l| {
+            let found: Vec<&table::Spec> = COMMANDS
+                .iter()
+                .filter(|s| *l == format!("  {:<40}: {}", s.usage, s.help))
+                .collect();
+            assert_eq!(found.len(), 1, "help line '{l}' is not one entry");
+            found[0]
+        })
+        .collect();
+    let (rest, last) = listed.split_at(listed.len() - 3);
+    let last: Vec<&[&str]> = last.iter().map(|s| s.words).collect();
+    assert_eq!(last, [["help"], ["prompt"], ["quit"]]);
+    for pair in rest.windows(2) {
+        assert!(
+            pair[0].usage.as_bytes() < pair[1].usage.as_bytes(),
+            "help lists '{}' before '{}'",
+            pair[0].usage,
+            pair[1].usage
+        );
+    }
 }
