@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
 use super::model::*;
-use super::parser::{Kind, Parser, ProxyDraft, UseBackendDraft};
+use super::parse::{Kind, Parser, ProxyDraft, UseBackendDraft};
 use super::{ConfigError, Loaded};
 use crate::maps::MapKind;
 
