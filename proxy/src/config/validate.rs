@@ -19,8 +19,8 @@ use crate::maps::MapKind;
 pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
     let mut errors = p.errors;
     let mut warnings = p.warnings;
-    let mut global = p.global;
-    if !p.maxpipes_set {
+    let mut global = p.global.global;
+    if !p.global.maxpipes_set {
         global.maxpipes = global.maxconn / 4;
     }
     let proxies = p.proxies;

@@ -1,14 +1,22 @@
 //! Section and keyword parsing: configuration lines in, drafts out.
 //!
-//! Owns the section state machine (`global`, `defaults`, `frontend`,
-//! `backend`, `listen`) and every keyword's syntax. It produces drafts
-//! ([`ProxyDraft`], [`ServerDraft`]) plus located errors and warnings; it never
-//! resolves names across proxies (that is `validate`'s job). One bad line
-//! yields at most one error and parsing goes on, so every error is reported.
+//! Owns the keyword table type ([`Keyword`]: the words, the sections it is
+//! allowed in, a parse fn; looked up the way a CLI command table is), the
+//! section state machine (`global`, `defaults`, `frontend`, `backend`,
+//! `listen`, `ring`) that hands each line to its section's table, and the
+//! helpers keyword parsers share. Each submodule owns one family of keywords
+//! and its table. The result is drafts ([`GlobalDraft`], [`ProxyDraft`],
+//! [`ServerDraft`]) plus located errors and warnings; names across proxies
+//! are never resolved here (that is `validate`'s job). One bad line yields at
+//! most one error and parsing goes on, so every error is reported.
 //!
 //! Invariants: a proxy draft is a copy of the defaults section in force when
 //! its header was read (the last one, or the one named by `from`); a defaults
 //! section never holds binds, servers or `use_backend` rules.
+
+mod global;
+mod log;
+mod stats_socket;
 
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
@@ -17,11 +25,13 @@ use std::time::Duration;
 use super::addr::parse_addr;
 use super::lexer::split_line;
 use super::model::*;
-use super::units::{parse_size, parse_time};
+use super::units::parse_time;
 use super::ConfigError;
+// For the submodules (`super::model::*` there).
+use super::{addr, model, units};
 
-/// HAProxy's MAX_THREADS on 64-bit builds.
-pub const MAX_NBTHREAD: usize = 64;
+pub use global::GlobalDraft;
+
 /// Upper bound for any `maxconn`: far above what one host can hold, low
 /// enough that per-connection tables sized from it stay allocatable.
 pub const MAX_MAXCONN: usize = 1 << 22;
@@ -33,17 +43,6 @@ pub const DEFAULT_WEIGHT: u32 = 1;
 pub const DEFAULT_RETRIES: u32 = 3;
 /// Each retry is a new connect attempt; more than this is a typo, not a policy.
 pub const MAX_RETRIES: u32 = 100;
-/// Smallest useful pipe: one page, the kernel's own minimum.
-pub const MIN_PIPESIZE: u64 = 4096;
-/// Bounds of `tune.sockmap.max-inflight`: below 256 KiB a bulk flow would
-/// pause on every burst; above 1 GiB the bound no longer protects memory.
-const MIN_SOCKMAP_INFLIGHT: u64 = 256 << 10;
-const MAX_SOCKMAP_INFLIGHT: u64 = 1 << 30;
-/// Largest `tune.pipesize` accepted (the kernel may still refuse beyond
-/// /proc/sys/fs/pipe-max-size for unprivileged processes).
-pub const MAX_PIPESIZE: u64 = 256 << 20;
-/// Largest `stats socket ... mode` (permission bits plus setuid/setgid/sticky).
-pub const MAX_SOCKET_MODE: u32 = 0o7777;
 
 /// The kind of section a draft comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -306,6 +305,194 @@ fn tcp_request_line(d: &mut ProxyDraft, args: &[String]) -> Result<(), String> {
     }
 }
 
+// ---------- keyword tables ----------
+
+/// The places a keyword may appear: sections, and the option lists that
+/// follow some keywords (`server NAME ADDR ...`, `stats socket PATH ...`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sections(u16);
+
+impl Sections {
+    pub const GLOBAL: Self = Self(1);
+    pub const RING: Self = Self(1 << 4);
+    /// The keywords after `stats socket PATH`.
+    pub const STATS_SOCKET: Self = Self(1 << 7);
+
+    /// The two sets share a place.
+    pub const fn meets(self, other: Self) -> bool {
+        self.0 & other.0 != 0
+    }
+}
+
+/// What a keyword takes after its words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Args {
+    /// Nothing: a flag (`daemon`, `backup`, `option redispatch`).
+    None,
+    /// Any number of words, none included (`description`, `default-server`).
+    Any,
+    /// At least one word: a line that stops after the keyword is refused. In
+    /// an option list, exactly one (the value).
+    Required,
+}
+
+/// One keyword occurrence, as a parse fn sees it.
+pub struct Line<'a> {
+    /// In a line table, every word of the line (the keyword's first); in an
+    /// option list, the keyword and its value when the line has one.
+    pub args: &'a [String],
+    pub loc: &'a Location,
+    /// Warnings go here; errors are the parse fn's `Err`.
+    pub warnings: &'a mut Vec<String>,
+}
+
+impl<'a> Line<'a> {
+    pub fn new(args: &'a [String], loc: &'a Location, warnings: &'a mut Vec<String>) -> Self {
+        Self {
+            args,
+            loc,
+            warnings,
+        }
+    }
+
+    /// The first word.
+    pub fn kw(&self) -> &'a str {
+        self.args[0].as_str()
+    }
+
+    /// Word `i`, if the line has it.
+    pub fn arg(&self, i: usize) -> Option<&'a str> {
+        self.args.get(i).map(String::as_str)
+    }
+}
+
+/// Parses one keyword occurrence into the scope `C` it belongs to.
+pub type ParseFn<C> = fn(&mut C, &mut Line<'_>) -> Result<(), String>;
+
+/// One entry of a keyword table, the way a CLI command table holds commands.
+pub struct Keyword<C> {
+    /// The words that name it: `["maxconn"]`, `["stats", "socket"]`. A
+    /// longer entry wins over a shorter one it starts with; the one-word
+    /// entry then parses what no longer one names (`stats bogus`).
+    pub words: &'static [&'static str],
+    /// Where it is allowed. An entry is also refused wherever a shorter
+    /// entry along its words is (`option redispatch` needs `option`).
+    pub sections: Sections,
+    pub args: Args,
+    pub parse: ParseFn<C>,
+}
+
+impl<C> Keyword<C> {
+    pub const fn new(
+        words: &'static [&'static str],
+        sections: Sections,
+        args: Args,
+        parse: ParseFn<C>,
+    ) -> Self {
+        Self {
+            words,
+            sections,
+            args,
+            parse,
+        }
+    }
+
+    /// Its words start `args`.
+    fn names(&self, args: &[String]) -> bool {
+        self.words.len() <= args.len() && self.words.iter().zip(args).all(|(w, a)| w == a)
+    }
+}
+
+/// What a table's parse fns work on, and where it stands.
+pub trait Scope {
+    /// The places a keyword must allow to be accepted here (a listen
+    /// section stands in both a frontend and a backend: either will do).
+    fn here(&self) -> Sections;
+
+    /// The error for `kw`, a keyword of the table that is not allowed here.
+    /// Scopes that stand in one place never refuse (the table tests check
+    /// that every entry allows it).
+    fn refuse(&self, kw: &str) -> String {
+        format!("'{kw}' is not allowed here.")
+    }
+}
+
+/// The entry of `table` that `args` names: the longest whose words all match.
+pub fn find<'t, C>(table: &'t [Keyword<C>], args: &[String]) -> Option<&'t Keyword<C>> {
+    table
+        .iter()
+        .filter(|k| k.names(args))
+        .max_by_key(|k| k.words.len())
+}
+
+/// Refuses `kw` unless it, and every shorter entry along its words, is
+/// allowed where `scope` stands.
+fn allowed<C: Scope>(table: &[Keyword<C>], kw: &Keyword<C>, scope: &C) -> Result<(), String> {
+    for n in 1..=kw.words.len() {
+        let words = &kw.words[..n];
+        if let Some(k) = table.iter().find(|k| k.words == words) {
+            if !k.sections.meets(scope.here()) {
+                return Err(scope.refuse(&words.join(" ")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Parses one line through a section's table. `None`: the first word is no
+/// keyword of the table (each section words "unknown keyword" its own way).
+pub fn dispatch<C: Scope>(
+    table: &[Keyword<C>],
+    scope: &mut C,
+    line: &mut Line<'_>,
+) -> Option<Result<(), String>> {
+    let kw = find(table, line.args)?;
+    Some(allowed(table, kw, scope).and_then(|()| (kw.parse)(scope, line)))
+}
+
+/// Parses an option list (`weight 2 backup check ...`) through its table:
+/// each keyword takes its value when its entry says [`Args::Required`].
+/// `unknown` words the error for a word the table does not hold.
+pub fn options<C: Scope>(
+    table: &[Keyword<C>],
+    scope: &mut C,
+    words: &[String],
+    outer: &mut Line<'_>,
+    unknown: &dyn Fn(&str) -> String,
+) -> Result<(), String> {
+    let mut i = 0;
+    while i < words.len() {
+        let Some(kw) = find(table, &words[i..]) else {
+            return Err(unknown(&words[i]));
+        };
+        allowed(table, kw, scope)?;
+        let len = kw.words.len() + usize::from(kw.args != Args::None);
+        let end = (i + len).min(words.len());
+        let mut line = Line::new(&words[i..end], outer.loc, outer.warnings);
+        (kw.parse)(scope, &mut line)?;
+        i += len;
+    }
+    Ok(())
+}
+
+/// The distinct first words of `table`, in table order ("did you mean" candidates).
+pub fn first_words<C>(table: &[Keyword<C>]) -> impl Iterator<Item = &'static str> + '_ {
+    table
+        .iter()
+        .enumerate()
+        .filter(|&(i, k)| !table[..i].iter().any(|p| p.words[0] == k.words[0]))
+        .map(|(_, k)| k.words[0])
+}
+
+/// The keywords of an option list, as its "Registered keywords" list them.
+pub fn registered<C>(table: &[Keyword<C>]) -> String {
+    table
+        .iter()
+        .map(|k| k.words.join(" "))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 enum Section {
     None,
     Global,
@@ -313,14 +500,13 @@ enum Section {
     Proxy(usize),
     /// A section shunt does not support; its lines are skipped (one error was reported).
     Unsupported,
-    /// A `ring` section (index into [`Global::rings`]).
+    /// A `ring` section (index into the global draft's rings).
     Ring(usize),
 }
 
 /// Everything parsed so far, across all files.
 pub struct Parser<'e> {
-    pub global: Global,
-    pub maxpipes_set: bool,
+    pub global: GlobalDraft,
     pub defaults: Vec<ProxyDraft>,
     current_defaults: Option<usize>,
     pub proxies: Vec<ProxyDraft>,
@@ -344,28 +530,6 @@ const UNSUPPORTED_SECTIONS: &[&str] = &[
     "http-errors",
     "cache",
     "fcgi-app",
-];
-
-const GLOBAL_KEYWORDS: &[&str] = &[
-    "nbthread",
-    "maxconn",
-    "user",
-    "group",
-    "pidfile",
-    "hard-stop-after",
-    "stats",
-    "forward-mode",
-    "tune.pipesize",
-    "tune.sockmap.max-inflight",
-    "maxpipes",
-    "tune.runqueue-depth",
-    "tune.sched.low-latency",
-    "tune.sched.heavy-cap",
-    "log",
-    "daemon",
-    "server-state-file",
-    "server-state-base",
-    "tune.idle-pool.shared",
 ];
 
 // Capability bits of proxy keywords.
@@ -713,8 +877,7 @@ fn server_keywords(
 impl<'e> Parser<'e> {
     pub fn new(env: &'e dyn Fn(&str) -> Option<String>) -> Self {
         Self {
-            global: Global::default(),
-            maxpipes_set: false,
+            global: GlobalDraft::default(),
             defaults: Vec::new(),
             current_defaults: None,
             proxies: Vec::new(),
@@ -771,10 +934,8 @@ impl<'e> Parser<'e> {
                 Section::None => self.error(loc, format!("unknown keyword '{kw}' out of section.")),
                 Section::Unsupported => {}
                 Section::Global => {
-                    let mut g = std::mem::take(&mut self.global);
-                    let res = self.global_line(&mut g, args, loc);
-                    self.global = g;
-                    if let Err(msg) = res {
+                    let mut l = Line::new(args, loc, &mut self.warnings);
+                    if let Err(msg) = global::line(&mut self.global, &mut l) {
                         self.error(loc, msg);
                     }
                 }
@@ -791,7 +952,8 @@ impl<'e> Parser<'e> {
                     }
                 }
                 Section::Ring(i) => {
-                    if let Err(msg) = ring_line(&mut self.global.rings[i], args) {
+                    let mut l = Line::new(args, loc, &mut self.warnings);
+                    if let Err(msg) = log::ring_line(&mut self.global.global.rings[i], &mut l) {
                         self.error(loc, msg);
                     }
                 }
@@ -806,21 +968,14 @@ impl<'e> Parser<'e> {
             self.section = Section::Unsupported;
             return;
         };
-        if let Some(prev) = self.global.rings.iter().find(|r| r.name == name) {
+        let rings = &self.global.global.rings;
+        if let Some(prev) = rings.iter().find(|r| r.name == name) {
             let msg = format!("sink '{name}' already exists (declared at {}).", prev.line);
             self.error(loc, msg);
         }
-        self.global.rings.push(Ring {
-            name,
-            format: SyslogFormat::Raw,
-            maxlen: crate::log::syslog::DEFAULT_MAXLEN,
-            size: DEFAULT_RING_SIZE,
-            timeout_connect: DEFAULT_RING_TIMEOUT_CONNECT,
-            timeout_server: DEFAULT_RING_TIMEOUT_SERVER,
-            servers: Vec::new(),
-            line: loc.clone(),
-        });
-        self.section = Section::Ring(self.global.rings.len() - 1);
+        let rings = &mut self.global.global.rings;
+        rings.push(log::new_ring(name, loc));
+        self.section = Section::Ring(rings.len() - 1);
     }
 
     /// Finds the last defaults section named `name`.
@@ -937,474 +1092,6 @@ impl<'e> Parser<'e> {
         draft.loc = loc.clone();
         self.proxies.push(draft);
         self.section = Section::Proxy(self.proxies.len() - 1);
-    }
-
-    fn global_line(
-        &mut self,
-        g: &mut Global,
-        args: &[String],
-        loc: &Location,
-    ) -> Result<(), String> {
-        let kw = args[0].as_str();
-        let val = args.get(1).map(String::as_str);
-        let mut used = 2;
-        match kw {
-            "nbthread" => {
-                let n: usize = val
-                    .filter(|v| v.bytes().all(|b| b.is_ascii_digit()))
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| {
-                        format!(
-                            "'nbthread' passed a missing or unparsable integer value in '{}'",
-                            val.unwrap_or("")
-                        )
-                    })?;
-                g.nbthread = Some(bounded(n, 1, MAX_NBTHREAD, kw)?);
-            }
-            "maxconn" => g.maxconn = bounded(int_arg(val, kw)?, 1, MAX_MAXCONN, kw)?,
-            "maxpipes" => {
-                g.maxpipes = bounded(int_arg(val, kw)?, 0, MAX_MAXCONN, kw)?;
-                self.maxpipes_set = true;
-            }
-            "tune.runqueue-depth" => {
-                g.runqueue_depth = Some(bounded(int_arg(val, kw)?, 1, MAX_MAXCONN, kw)?);
-            }
-            "user" | "group" => {
-                let v = val.ok_or_else(|| format!("'{kw}' expects a {kw} name as argument."))?;
-                if kw == "user" {
-                    g.user = Some(v.to_string());
-                } else {
-                    g.group = Some(v.to_string());
-                }
-            }
-            "pidfile" => {
-                let v =
-                    val.ok_or_else(|| "'pidfile' expects a file name as an argument.".to_string())?;
-                g.pidfile = Some(v.into());
-            }
-            "hard-stop-after" => g.hard_stop_after = Some(time_arg(val, kw)?),
-            "forward-mode" => {
-                let v = val.ok_or_else(|| {
-                    "'forward-mode' expects 'auto', 'sockmap', 'splice' or 'copy'.".to_string()
-                })?;
-                g.forward_mode = v.parse().map_err(|e| format!("'forward-mode' : {e}"))?;
-            }
-            "tune.sockmap.max-inflight" => {
-                let v = val.ok_or_else(|| {
-                    "'tune.sockmap.max-inflight' expects a size argument.".to_string()
-                })?;
-                let n = parse_size(v)
-                    .map_err(|e| format!("{e} in argument to 'tune.sockmap.max-inflight'."))?;
-                if !(MIN_SOCKMAP_INFLIGHT..=MAX_SOCKMAP_INFLIGHT).contains(&n) {
-                    return Err(format!(
-                        "'tune.sockmap.max-inflight' value must be between {MIN_SOCKMAP_INFLIGHT} and {MAX_SOCKMAP_INFLIGHT} (was {n})"
-                    ));
-                }
-                g.sockmap_max_inflight = Some(n as usize);
-            }
-            "tune.pipesize" => {
-                let v =
-                    val.ok_or_else(|| "'tune.pipesize' expects a size argument.".to_string())?;
-                let n =
-                    parse_size(v).map_err(|e| format!("{e} in argument to 'tune.pipesize'."))?;
-                if !(MIN_PIPESIZE..=MAX_PIPESIZE).contains(&n) {
-                    return Err(format!(
-                        "'tune.pipesize' value must be between {MIN_PIPESIZE} and {MAX_PIPESIZE} (was {n})"
-                    ));
-                }
-                // Bounded by MAX_PIPESIZE above, so it fits any usize >= 32 bits.
-                g.pipesize = Some(n as usize);
-            }
-            "tune.idle-pool.shared" => {
-                g.idle_pool_shared = match val {
-                    Some("on") => true,
-                    Some("off") => false,
-                    other => {
-                        return Err(format!(
-                            "'tune.idle-pool.shared' expects either 'on' or 'off' but got '{}'.",
-                            other.unwrap_or("")
-                        ))
-                    }
-                };
-            }
-            "tune.sched.low-latency" => {
-                g.sched_low_latency = match val {
-                    Some("on") => true,
-                    Some("off") => false,
-                    other => {
-                        return Err(format!(
-                            "'tune.sched.low-latency' expects either 'on' or 'off' but got '{}'.",
-                            other.unwrap_or("")
-                        ))
-                    }
-                };
-            }
-            "tune.sched.heavy-cap" => {
-                g.sched_heavy_cap = match val {
-                    Some("on") => true,
-                    Some("off") => false,
-                    other => {
-                        return Err(format!(
-                            "'tune.sched.heavy-cap' expects either 'on' or 'off' but got '{}'.",
-                            other.unwrap_or("")
-                        ))
-                    }
-                };
-            }
-            "log" => {
-                if args.len() < 3 {
-                    return Err("log : expects <address> and <facility> as arguments".to_string());
-                }
-                g.logs.push(log_target(&args[1..])?);
-                used = args.len();
-            }
-            "stats" => used = stats_line(g, args)?,
-            "daemon" => {
-                used = 1;
-                self.warnings.push(format!(
-                    "parsing [{loc}] : 'daemon' ignored: shunt always runs in the foreground."
-                ));
-            }
-            "server-state-file" | "server-state-base" => {
-                let slot = if kw == "server-state-file" {
-                    &mut g.server_state.file
-                } else {
-                    &mut g.server_state.base
-                };
-                if slot.is_some() {
-                    return Err(format!("'{kw}' already specified."));
-                }
-                let v = val.filter(|v| !v.is_empty()).ok_or_else(|| {
-                    if kw == "server-state-file" {
-                        format!("'{kw}' expect one argument: a file path.")
-                    } else {
-                        format!("'{kw}' expects one argument: a directory path.")
-                    }
-                })?;
-                *slot = Some(v.into());
-            }
-            "nbproc" => {
-                return Err("nbproc is not supported any more since HAProxy 2.5. Threads will automatically be used on multi-processor machines if available.".to_string());
-            }
-            _ => {
-                let msg = format!("unknown keyword '{kw}' in 'global' section");
-                let hint = suggest(kw, GLOBAL_KEYWORDS.iter().chain(SECTIONS).copied());
-                return Err(with_hint(msg, hint));
-            }
-        }
-        no_extra(args, used, kw)
-    }
-}
-
-/// `size` of a ring when not configured (HAProxy's BUFSIZE).
-pub const DEFAULT_RING_SIZE: usize = 16_384;
-/// Bounds of a ring's `size`: one message must fit; beyond 64 MiB it is no longer a buffer.
-pub const MIN_RING_SIZE: u64 = 1024;
-pub const MAX_RING_SIZE: u64 = 64 << 20;
-/// A ring's `timeout connect` when not configured.
-pub const DEFAULT_RING_TIMEOUT_CONNECT: Duration = Duration::from_secs(1);
-/// A ring's `timeout server` when not configured: a write stalled this long
-/// drops the connection (and the ring reconnects).
-pub const DEFAULT_RING_TIMEOUT_SERVER: Duration = Duration::from_secs(5);
-/// Default syslog port of a `log ADDR` without one.
-pub const SYSLOG_PORT: u16 = 514;
-
-/// The words after `log` (global or proxy): `TARGET [len N] [format F] FACILITY [LEVEL [MINLEVEL]]`.
-pub fn log_target(words: &[String]) -> Result<LogTarget, String> {
-    use crate::log::syslog::{facility, level, MAX_MAXLEN, MIN_MAXLEN};
-    let Some(target) = words.first() else {
-        return Err("log : expects <address> and <facility> as arguments".to_string());
-    };
-    let dest = match target.as_str() {
-        "stderr" | "fd@2" => LogDest::Stderr,
-        "stdout" | "fd@1" => LogDest::Stdout,
-        t if t.starts_with("ring@") => LogDest::Ring(t["ring@".len()..].to_string()),
-        t if t.starts_with('/') || t.starts_with("unix@") => {
-            LogDest::Unix(t.strip_prefix("unix@").unwrap_or(t).into())
-        }
-        t if t.starts_with("tcp@") => {
-            return Err(format!(
-                "log : '{t}' : TCP targets go through a 'ring' section in shunt (log ring@<name>)."
-            ))
-        }
-        t => {
-            let a = t
-                .strip_prefix("udp@")
-                .or_else(|| t.strip_prefix("ipv4@"))
-                .or_else(|| t.strip_prefix("ipv6@"))
-                .unwrap_or(t);
-            // An address without a port: the syslog port (IPv6 needs brackets then).
-            let with_port = match parse_addr(a, false) {
-                Ok(v) => v,
-                Err(_) if a.parse::<IpAddr>().is_ok() => {
-                    vec![SocketAddr::new(
-                        a.parse().map_err(|_| String::new())?,
-                        SYSLOG_PORT,
-                    )]
-                }
-                Err(e) => return Err(format!("log : {e}")),
-            };
-            match with_port.first() {
-                Some(sa) if sa.port() == 0 => LogDest::Udp(SocketAddr::new(sa.ip(), SYSLOG_PORT)),
-                Some(sa) => LogDest::Udp(*sa),
-                None => return Err(format!("log : invalid address '{t}'")),
-            }
-        }
-    };
-    let mut t = LogTarget {
-        dest,
-        maxlen: crate::log::syslog::DEFAULT_MAXLEN,
-        format: SyslogFormat::default(),
-        facility: 0,
-        level: 7,
-        minlevel: 0,
-    };
-    let mut i = 1;
-    loop {
-        match words.get(i).map(String::as_str) {
-            Some("len") => {
-                let n: usize = int_arg(words.get(i + 1).map(String::as_str), "log len")?;
-                t.maxlen = bounded(n, MIN_MAXLEN, MAX_MAXLEN, "log len")?;
-                i += 2;
-            }
-            Some("format") => {
-                let f = words.get(i + 1).map(String::as_str).unwrap_or("");
-                t.format = SyslogFormat::parse(f).ok_or_else(|| {
-                    format!("log : unknown log format '{f}' (shunt supports rfc3164, rfc5424, short and raw)")
-                })?;
-                i += 2;
-            }
-            Some("sample") => return Err("log : 'sample' is not supported by shunt.".to_string()),
-            _ => break,
-        }
-    }
-    let fac = words
-        .get(i)
-        .ok_or_else(|| "log : expects <address> and <facility> as arguments".to_string())?;
-    t.facility = facility(fac).ok_or_else(|| format!("log : unknown facility '{fac}'"))?;
-    if let Some(l) = words.get(i + 1) {
-        t.level = level(l).ok_or_else(|| format!("log : unknown optional log level '{l}'"))?;
-    }
-    if let Some(l) = words.get(i + 2) {
-        t.minlevel =
-            level(l).ok_or_else(|| format!("log : unknown optional minimum log level '{l}'"))?;
-    }
-    no_extra(words, i + 3, "log")?;
-    Ok(t)
-}
-
-/// One line of a `ring` section.
-fn ring_line(r: &mut Ring, args: &[String]) -> Result<(), String> {
-    let kw = args[0].as_str();
-    let val = args.get(1).map(String::as_str);
-    match kw {
-        "description" => Ok(()),
-        "format" => {
-            let f = val.unwrap_or("");
-            r.format = SyslogFormat::parse(f).ok_or_else(|| {
-                format!(
-                    "unknown ring format '{f}' (shunt supports rfc3164, rfc5424, short and raw)"
-                )
-            })?;
-            no_extra(args, 2, kw)
-        }
-        "maxlen" => {
-            use crate::log::syslog::{MAX_MAXLEN, MIN_MAXLEN};
-            r.maxlen = bounded(int_arg(val, kw)?, MIN_MAXLEN, MAX_MAXLEN, kw)?;
-            no_extra(args, 2, kw)
-        }
-        "size" => {
-            let v = val.ok_or_else(|| "'size' expects a size in bytes.".to_string())?;
-            let n = parse_size(v).map_err(|e| format!("{e} in argument to 'size'."))?;
-            if !(MIN_RING_SIZE..=MAX_RING_SIZE).contains(&n) {
-                return Err(format!(
-                    "'size' value must be between {MIN_RING_SIZE} and {MAX_RING_SIZE} (was {n})"
-                ));
-            }
-            r.size = usize::try_from(n).unwrap_or(DEFAULT_RING_SIZE);
-            no_extra(args, 2, kw)
-        }
-        "timeout" => {
-            let which = val.unwrap_or("");
-            let v = args
-                .get(2)
-                .ok_or_else(|| format!("'timeout {which}' expects a time value."))?;
-            let t = parse_time(v).map_err(|e| format!("{e} in 'timeout {which}'"))?;
-            match which {
-                "connect" => r.timeout_connect = t,
-                "server" => r.timeout_server = t,
-                _ => {
-                    return Err(format!(
-                        "'timeout' in a ring supports 'connect' and 'server' (got '{which}')"
-                    ))
-                }
-            }
-            no_extra(args, 3, "timeout")
-        }
-        "server" => {
-            let (Some(name), Some(addr)) = (args.get(1), args.get(2)) else {
-                return Err("'server' expects <name> and <addr>:<port> as arguments.".to_string());
-            };
-            let a = addr.strip_prefix("tcp@").unwrap_or(addr);
-            let addr = parse_addr(a, false)
-                .map_err(|e| format!("'server {name}' : {e}"))?
-                .into_iter()
-                .next()
-                .filter(|a| a.port() != 0)
-                .ok_or_else(|| format!("'server {name}' : a port is required ({addr})"))?;
-            let mut proto = LogProto::Legacy;
-            let mut i = 3;
-            while i < args.len() {
-                match args[i].as_str() {
-                    "log-proto" => {
-                        proto = match args.get(i + 1).map(String::as_str) {
-                            Some("legacy") => LogProto::Legacy,
-                            Some("octet-count") => LogProto::OctetCount,
-                            other => {
-                                return Err(format!(
-                                    "'log-proto' expects one of 'legacy' or 'octet-count' (got '{}').",
-                                    other.unwrap_or("")
-                                ))
-                            }
-                        };
-                        i += 2;
-                    }
-                    other => {
-                        return Err(format!(
-                            "'server {name}' : unknown keyword '{other}' in a ring (shunt supports 'log-proto')."
-                        ))
-                    }
-                }
-            }
-            r.servers.push(RingServer {
-                name: name.clone(),
-                addr,
-                proto,
-            });
-            Ok(())
-        }
-        _ => Err(format!("unknown keyword '{kw}' in 'ring' section")),
-    }
-}
-
-/// `stats socket|timeout|maxconn|show-name ...` in the global section; returns the words used.
-fn stats_line(g: &mut Global, args: &[String]) -> Result<usize, String> {
-    let sub = args.get(1).map(String::as_str).unwrap_or("");
-    let val = args.get(2).map(String::as_str);
-    match sub {
-        "timeout" => {
-            let v = val.ok_or_else(|| "'stats timeout' expects a time value.".to_string())?;
-            let t = parse_time(v).map_err(|e| format!("'stats timeout' : {e}"))?;
-            if t.is_zero() {
-                return Err("'stats timeout' expects a positive value".to_string());
-            }
-            g.stats_timeout = t;
-            Ok(3)
-        }
-        "show-name" => {
-            let v = val.ok_or_else(|| "'stats show-name' expects a name.".to_string())?;
-            g.stats_show_name = Some(v.to_string());
-            Ok(3)
-        }
-        "maxconn" => {
-            let n: usize = int_arg(val, "stats maxconn")?;
-            if n == 0 {
-                return Err("'stats maxconn' expects a positive value".to_string());
-            }
-            g.stats_maxconn = bounded(n, 1, MAX_MAXCONN, "stats maxconn")?;
-            Ok(3)
-        }
-        "socket" => {
-            let Some(path) = val else {
-                return Err(
-                    "'stats socket' in global section expects a path to a UNIX socket".to_string(),
-                );
-            };
-            if path.contains('@') && !path.starts_with("unix@") {
-                return Err(format!(
-                    "'stats socket' : only UNIX sockets are supported by shunt (got '{path}')"
-                ));
-            }
-            let path = path.strip_prefix("unix@").unwrap_or(path);
-            let mut sock = StatsSocket {
-                path: path.into(),
-                mode: 0o600,
-                level: CliLevel::default(),
-                user: None,
-                group: None,
-                expose_fd_listeners: false,
-            };
-            let mut i = 3;
-            while i < args.len() {
-                let kw = args[i].as_str();
-                let v = args.get(i + 1).map(String::as_str);
-                match kw {
-                    "mode" => {
-                        sock.mode = v
-                            .and_then(|m| u32::from_str_radix(m, 8).ok())
-                            .filter(|m| *m <= MAX_SOCKET_MODE)
-                            .ok_or_else(|| {
-                                format!(
-                                    "'stats socket' : 'mode' : missing or invalid mode '{}' (octal integer expected)",
-                                    v.unwrap_or("")
-                                )
-                            })?;
-                    }
-                    "level" => {
-                        sock.level = match v {
-                            Some("user") => CliLevel::User,
-                            Some("operator") => CliLevel::Operator,
-                            Some("admin") => CliLevel::Admin,
-                            other => {
-                                return Err(format!(
-                                    "'stats socket' : 'level' only supports 'user', 'operator', and 'admin' (got '{}')",
-                                    other.unwrap_or("")
-                                ))
-                            }
-                        };
-                    }
-                    "user" | "group" => {
-                        let name = v.ok_or_else(|| format!("'stats socket' : '{kw}' expects a name."))?;
-                        if kw == "user" {
-                            sock.user = Some(name.to_string());
-                        } else {
-                            sock.group = Some(name.to_string());
-                        }
-                    }
-                    "expose-fd" => {
-                        if v != Some("listeners") {
-                            return Err(format!(
-                                "'stats socket' : 'expose-fd' only supports 'listeners' (got '{}')",
-                                v.unwrap_or("")
-                            ));
-                        }
-                        sock.expose_fd_listeners = true;
-                    }
-                    other => {
-                        return Err(format!(
-                            "'stats socket' : unknown keyword '{other}'. Registered keywords : mode, level, user, group, expose-fd."
-                        ))
-                    }
-                }
-                i += 2;
-            }
-            g.stats_sockets.push(sock);
-            Ok(args.len())
-        }
-        "prometheus" => {
-            // `stats prometheus bind ADDR:PORT` (shunt's own: HAProxy serves its
-            // exporter from an HTTP frontend, which shunt does not have).
-            let addr = match (val, args.get(3)) {
-                (Some("bind"), Some(a)) => a,
-                _ => return Err("'stats prometheus' expects 'bind <addr>:<port>'.".to_string()),
-            };
-            let addrs = parse_addr(addr, false).map_err(|e| format!("'stats prometheus' : {e}"))?;
-            g.prometheus = addrs.first().copied();
-            Ok(4)
-        }
-        other => Err(format!(
-            "'stats' only supports 'socket', 'maxconn' and 'timeout' (got '{other}')"
-        )),
     }
 }
 
@@ -1561,7 +1248,7 @@ fn proxy_line(
                 Err("log : expects <address> and <facility> or global as arguments".to_string())
             }
             Some(_) => {
-                d.logs.push(log_target(&args[1..])?);
+                d.logs.push(log::log_target(&args[1..])?);
                 Ok(())
             }
         },
