@@ -129,13 +129,14 @@ impl Scope for Ring {
 const R: Sections = Sections::RING;
 
 /// The keywords of a `ring` section.
+#[rustfmt::skip]
 pub const RING: &[Keyword<Ring>] = &[
-    Keyword::new(&["description"], R, Args::Any, description),
-    Keyword::new(&["format"], R, Args::Required, format),
-    Keyword::new(&["maxlen"], R, Args::Required, maxlen),
-    Keyword::new(&["size"], R, Args::Required, size),
-    Keyword::new(&["timeout"], R, Args::Required, timeout),
-    Keyword::new(&["server"], R, Args::Required, server),
+    Keyword::new(&["description"], R, Args::Any,      description),
+    Keyword::new(&["format"],      R, Args::Required, format),
+    Keyword::new(&["maxlen"],      R, Args::Required, maxlen),
+    Keyword::new(&["size"],        R, Args::Required, size),
+    Keyword::new(&["timeout"],     R, Args::Required, timeout),
+    Keyword::new(&["server"],      R, Args::Required, server),
 ];
 
 /// One line of a `ring` section.

@@ -20,11 +20,12 @@ impl Scope for StatsSocket {
 const S: Sections = Sections::STATS_SOCKET;
 
 /// The keywords after `stats socket PATH`, each with one value.
+#[rustfmt::skip]
 pub const SOCKET: &[Keyword<StatsSocket>] = &[
-    Keyword::new(&["mode"], S, Args::Required, mode),
-    Keyword::new(&["level"], S, Args::Required, level),
-    Keyword::new(&["user"], S, Args::Required, user),
-    Keyword::new(&["group"], S, Args::Required, group),
+    Keyword::new(&["mode"],      S, Args::Required, mode),
+    Keyword::new(&["level"],     S, Args::Required, level),
+    Keyword::new(&["user"],      S, Args::Required, user),
+    Keyword::new(&["group"],     S, Args::Required, group),
     Keyword::new(&["expose-fd"], S, Args::Required, expose_fd),
 ];
 
