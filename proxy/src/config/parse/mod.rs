@@ -5,8 +5,8 @@
 //! section state machine (`global`, `defaults`, `frontend`, `backend`,
 //! `listen`, `ring`) that hands each line to its section's table, and the
 //! helpers keyword parsers share. Each submodule owns one family of keywords
-//! and its table. The result is drafts ([`GlobalDraft`], [`ProxyDraft`],
-//! [`ServerDraft`]) plus located errors and warnings; names across proxies
+//! and its table. The result is drafts ([`GlobalDraft`], [`ProxyDraft`]
+//! holding `ServerDraft`s) plus located errors and warnings; names across proxies
 //! are never resolved here (that is `validate`'s job). One bad line yields at
 //! most one error and parsing goes on, so every error is reported.
 //!
@@ -52,6 +52,10 @@ impl Sections {
     pub const FRONTEND: Self = Self(1 << 2);
     pub const BACKEND: Self = Self(1 << 3);
     pub const RING: Self = Self(1 << 4);
+    /// The keywords after `server NAME ADDR`.
+    pub const SERVER: Self = Self(1 << 5);
+    /// The keywords after `default-server`.
+    pub const DEFAULT_SERVER: Self = Self(1 << 6);
     /// The keywords after `stats socket PATH`.
     pub const STATS_SOCKET: Self = Self(1 << 7);
     /// The keywords after `tcp-check connect`.
