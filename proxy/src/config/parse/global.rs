@@ -6,8 +6,8 @@
 use super::model::*;
 use super::units::parse_size;
 use super::{
-    bounded, dispatch, first_words, int_arg, no_extra, stats_socket, suggest, time_arg, with_hint,
-    Args, Keyword, Line, Scope, Sections, MAX_MAXCONN, SECTIONS,
+    bounded, dispatch, first_words, int_arg, no_extra, section_names, stats_socket, suggest,
+    time_arg, with_hint, Args, Keyword, Line, Scope, Sections, MAX_MAXCONN,
 };
 
 /// HAProxy's MAX_THREADS on 64-bit builds.
@@ -77,7 +77,7 @@ pub fn line(g: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String> {
         return Err("nbproc is not supported any more since HAProxy 2.5. Threads will automatically be used on multi-processor machines if available.".to_string());
     }
     let msg = format!("unknown keyword '{kw}' in 'global' section");
-    let hint = suggest(kw, first_words(GLOBAL).chain(SECTIONS.iter().copied()));
+    let hint = suggest(kw, first_words(GLOBAL).chain(section_names()));
     Err(with_hint(msg, hint))
 }
 

@@ -248,6 +248,8 @@ pub fn registered<C>(table: &[Keyword<C>]) -> String {
         .join(", ")
 }
 
+// ---------- section dispatch ----------
+
 enum Section {
     None,
     Global,
@@ -271,9 +273,27 @@ pub struct Parser<'e> {
     env: &'e dyn Fn(&str) -> Option<String>,
 }
 
-const SECTIONS: &[&str] = &[
-    "global", "defaults", "frontend", "backend", "listen", "ring",
+/// A section header: its keyword and what starts the section.
+struct Header {
+    name: &'static str,
+    start: fn(&mut Parser<'_>, &[String], &Location),
+}
+
+/// The sections shunt parses, in the order "did you mean" hints consider them.
+#[rustfmt::skip]
+const HEADERS: &[Header] = &[
+    Header { name: "global",   start: |p, args, loc| p.start_global(args, loc) },
+    Header { name: "defaults", start: |p, args, loc| p.start_defaults(args, loc) },
+    Header { name: "frontend", start: |p, args, loc| p.start_proxy(Kind::Frontend, args, loc) },
+    Header { name: "backend",  start: |p, args, loc| p.start_proxy(Kind::Backend, args, loc) },
+    Header { name: "listen",   start: |p, args, loc| p.start_proxy(Kind::Listen, args, loc) },
+    Header { name: "ring",     start: |p, args, loc| p.start_ring(args, loc) },
 ];
+
+/// The section keywords, which "did you mean" hints offer after a table's own.
+fn section_names() -> impl Iterator<Item = &'static str> {
+    HEADERS.iter().map(|h| h.name)
+}
 
 /// HAProxy sections shunt knows about but does not implement.
 const UNSUPPORTED_SECTIONS: &[&str] = &[
@@ -286,84 +306,6 @@ const UNSUPPORTED_SECTIONS: &[&str] = &[
     "cache",
     "fcgi-app",
 ];
-
-/// Levenshtein distance, for "did you mean" hints.
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, &cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != cb);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
-/// The closest candidate, if it is close enough to be a likely typo.
-fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = (word.chars().count() / 3).max(1);
-    candidates
-        .into_iter()
-        .map(|c| (distance(word, c), c))
-        .filter(|&(d, _)| d <= limit)
-        .min_by_key(|&(d, _)| d)
-        .map(|(_, c)| c)
-}
-
-fn with_hint(msg: String, hint: Option<&str>) -> String {
-    match hint {
-        Some(h) => format!("{msg}; did you mean '{h}' maybe ?"),
-        None => msg,
-    }
-}
-
-/// The first character HAProxy would refuse in a proxy or server name.
-fn invalid_name_char(name: &str) -> Option<char> {
-    name.chars()
-        .find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
-}
-
-fn no_extra(args: &[String], used: usize, kw: &str) -> Result<(), String> {
-    match args.get(used) {
-        Some(x) => Err(format!("'{kw}' cannot handle unexpected argument '{x}'.")),
-        None => Ok(()),
-    }
-}
-
-fn int_arg<T: FromStr>(val: Option<&str>, kw: &str) -> Result<T, String> {
-    let v = val.ok_or_else(|| format!("'{kw}' expects an integer argument."))?;
-    if !v.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("'{kw}' expects an integer argument (got '{v}')."));
-    }
-    v.parse()
-        .map_err(|_| format!("'{kw}' value '{v}' is out of range."))
-}
-
-fn bounded(v: usize, min: usize, max: usize, kw: &str) -> Result<usize, String> {
-    if (min..=max).contains(&v) {
-        Ok(v)
-    } else {
-        Err(format!(
-            "'{kw}' value must be between {min} and {max} (was {v})"
-        ))
-    }
-}
-
-fn time_arg(val: Option<&str>, kw: &str) -> Result<Duration, String> {
-    let v = val.ok_or_else(|| format!("'{kw}' expects <time> as argument."))?;
-    parse_time(v).map_err(|e| format!("{e} in argument to '{kw}'."))
-}
-
-fn port_arg(val: Option<&str>, kw: &str) -> Result<u16, String> {
-    let v = val.ok_or_else(|| format!("'{kw}' expects a port number."))?;
-    match v.parse::<u16>() {
-        Ok(p) if p > 0 && v.bytes().all(|b| b.is_ascii_digit()) => Ok(p),
-        _ => Err(format!("'{kw}' expects a valid port number (got '{v}').")),
-    }
-}
 
 impl<'e> Parser<'e> {
     pub fn new(env: &'e dyn Fn(&str) -> Option<String>) -> Self {
@@ -405,18 +347,10 @@ impl<'e> Parser<'e> {
 
     fn line(&mut self, args: &[String], loc: &Location) {
         let kw = args[0].as_str();
+        if let Some(h) = HEADERS.iter().find(|h| h.name == kw) {
+            return (h.start)(self, args, loc);
+        }
         match kw {
-            "global" => {
-                self.section = Section::Global;
-                if let Err(msg) = no_extra(args, 1, kw) {
-                    self.error(loc, msg);
-                }
-            }
-            "defaults" => self.start_defaults(args, loc),
-            "frontend" => self.start_proxy(Kind::Frontend, args, loc),
-            "backend" => self.start_proxy(Kind::Backend, args, loc),
-            "listen" => self.start_proxy(Kind::Listen, args, loc),
-            "ring" => self.start_ring(args, loc),
             s if UNSUPPORTED_SECTIONS.contains(&s) => {
                 self.section = Section::Unsupported;
                 self.error(loc, format!("section '{s}' is not supported by shunt."));
@@ -449,6 +383,13 @@ impl<'e> Parser<'e> {
                     }
                 }
             },
+        }
+    }
+
+    fn start_global(&mut self, args: &[String], loc: &Location) {
+        self.section = Section::Global;
+        if let Err(msg) = no_extra(args, 1, "global") {
+            self.error(loc, msg);
         }
     }
 
@@ -583,5 +524,85 @@ impl<'e> Parser<'e> {
         draft.loc = loc.clone();
         self.proxies.push(draft);
         self.section = Section::Proxy(self.proxies.len() - 1);
+    }
+}
+
+// ---------- helpers keyword parsers share ----------
+
+/// Levenshtein distance, for "did you mean" hints.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The closest candidate, if it is close enough to be a likely typo.
+fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (word.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|c| (distance(word, c), c))
+        .filter(|&(d, _)| d <= limit)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, c)| c)
+}
+
+fn with_hint(msg: String, hint: Option<&str>) -> String {
+    match hint {
+        Some(h) => format!("{msg}; did you mean '{h}' maybe ?"),
+        None => msg,
+    }
+}
+
+/// The first character HAProxy would refuse in a proxy or server name.
+fn invalid_name_char(name: &str) -> Option<char> {
+    name.chars()
+        .find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
+}
+
+fn no_extra(args: &[String], used: usize, kw: &str) -> Result<(), String> {
+    match args.get(used) {
+        Some(x) => Err(format!("'{kw}' cannot handle unexpected argument '{x}'.")),
+        None => Ok(()),
+    }
+}
+
+fn int_arg<T: FromStr>(val: Option<&str>, kw: &str) -> Result<T, String> {
+    let v = val.ok_or_else(|| format!("'{kw}' expects an integer argument."))?;
+    if !v.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("'{kw}' expects an integer argument (got '{v}')."));
+    }
+    v.parse()
+        .map_err(|_| format!("'{kw}' value '{v}' is out of range."))
+}
+
+fn bounded(v: usize, min: usize, max: usize, kw: &str) -> Result<usize, String> {
+    if (min..=max).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!(
+            "'{kw}' value must be between {min} and {max} (was {v})"
+        ))
+    }
+}
+
+fn time_arg(val: Option<&str>, kw: &str) -> Result<Duration, String> {
+    let v = val.ok_or_else(|| format!("'{kw}' expects <time> as argument."))?;
+    parse_time(v).map_err(|e| format!("{e} in argument to '{kw}'."))
+}
+
+fn port_arg(val: Option<&str>, kw: &str) -> Result<u16, String> {
+    let v = val.ok_or_else(|| format!("'{kw}' expects a port number."))?;
+    match v.parse::<u16>() {
+        Ok(p) if p > 0 && v.bytes().all(|b| b.is_ascii_digit()) => Ok(p),
+        _ => Err(format!("'{kw}' expects a valid port number (got '{v}').")),
     }
 }

@@ -13,8 +13,8 @@ use super::model::*;
 use super::server::{self, ServerDraft, ServerOpts};
 use super::units::parse_time;
 use super::{
-    bounded, dispatch, first_words, int_arg, no_extra, suggest, tcp_check, tcp_request, with_hint,
-    Args, Keyword, Line, Scope, Sections, MAX_MAXCONN, SECTIONS,
+    bounded, dispatch, first_words, int_arg, no_extra, section_names, suggest, tcp_check,
+    tcp_request, with_hint, Args, Keyword, Line, Scope, Sections, MAX_MAXCONN,
 };
 
 /// Default `retries`, as in HAProxy.
@@ -310,7 +310,7 @@ pub fn line(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
         ));
     }
     let msg = format!("unknown keyword '{kw}' in '{}' section", d.kind.section());
-    let candidates = first_words(PROXY).chain(SECTIONS.iter().copied());
+    let candidates = first_words(PROXY).chain(section_names());
     Err(with_hint(msg, suggest(kw, candidates)))
 }
 
