@@ -22,6 +22,9 @@ mod stats_socket;
 mod tcp_check;
 mod tcp_request;
 
+#[cfg(test)]
+mod tests;
+
 use std::str::FromStr;
 use std::time::Duration;
 
