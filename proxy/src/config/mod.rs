@@ -1,7 +1,7 @@
 //! Configuration: HAProxy syntax (TCP subset) parsed, then validated, into an
 //! immutable [`Config`].
 //!
-//! Pipeline: [`lexer`] splits lines into words, [`parser`] turns sections and
+//! Pipeline: [`lexer`] splits lines into words, [`parse`] turns sections and
 //! keywords into drafts, [`validate`] resolves names across proxies, runs the
 //! cross-checks and builds the [`Config`]. Every error carries its file and
 //! line where one exists, and all errors are collected, not just the first.
@@ -11,7 +11,7 @@
 mod addr;
 mod lexer;
 mod model;
-mod parser;
+mod parse;
 mod units;
 mod validate;
 
@@ -20,7 +20,7 @@ mod tests;
 
 pub use lexer::MAX_LINE_ARGS;
 pub use model::*;
-pub use parser::MAX_MAXCONN;
+pub use parse::MAX_MAXCONN;
 pub use units::{parse_size, parse_time, UnitError, MAX_TIMER_MS};
 
 use std::path::PathBuf;
@@ -101,7 +101,7 @@ fn parse_files(
     files: &[(String, String)],
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Loaded, Vec<ConfigError>> {
-    let mut parser = parser::Parser::new(env);
+    let mut parser = parse::Parser::new(env);
     for (name, text) in files {
         parser.feed(name, text);
     }

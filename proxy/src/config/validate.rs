@@ -12,15 +12,15 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
 use super::model::*;
-use super::parser::{Kind, Parser, ProxyDraft, UseBackendDraft};
+use super::parse::{Kind, Parser, ProxyDraft, UseBackendDraft};
 use super::{ConfigError, Loaded};
 use crate::maps::MapKind;
 
 pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
     let mut errors = p.errors;
     let mut warnings = p.warnings;
-    let mut global = p.global;
-    if !p.maxpipes_set {
+    let mut global = p.global.global;
+    if !p.global.maxpipes_set {
         global.maxpipes = global.maxconn / 4;
     }
     let proxies = p.proxies;

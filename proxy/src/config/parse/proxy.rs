@@ -1,0 +1,579 @@
+//! Proxy sections (`defaults`, `frontend`, `backend`, `listen`): their draft,
+//! their keyword table and the keywords of their own.
+//!
+//! The table also holds the `tcp-request` ([`super::tcp_request`]),
+//! `tcp-check` ([`super::tcp_check`]) and `server`/`default-server`
+//! ([`super::server`]) families, whose parse fns live with them.
+
+use std::net::SocketAddr;
+
+use super::addr::parse_addr;
+use super::log::log_target;
+use super::model::*;
+use super::server::{self, ServerDraft, ServerOpts};
+use super::units::parse_time;
+use super::{
+    bounded, dispatch, first_words, int_arg, no_extra, section_names, suggest, tcp_check,
+    tcp_request, with_hint, Args, Keyword, Line, Scope, Sections, MAX_MAXCONN,
+};
+
+/// Default `retries`, as in HAProxy.
+pub const DEFAULT_RETRIES: u32 = 3;
+/// Each retry is a new connect attempt; more than this is a typo, not a policy.
+pub const MAX_RETRIES: u32 = 100;
+
+/// The kind of section a draft comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Defaults,
+    Frontend,
+    Backend,
+    Listen,
+}
+
+impl Kind {
+    /// Has frontend capability (accepts connections).
+    pub fn fe(self) -> bool {
+        matches!(self, Kind::Frontend | Kind::Listen)
+    }
+    /// Has backend capability (holds servers).
+    pub fn be(self) -> bool {
+        matches!(self, Kind::Backend | Kind::Listen)
+    }
+    /// The section keyword.
+    pub fn section(self) -> &'static str {
+        match self {
+            Kind::Defaults => "defaults",
+            Kind::Frontend => "frontend",
+            Kind::Backend => "backend",
+            Kind::Listen => "listen",
+        }
+    }
+    /// How HAProxy names a proxy of this kind in messages (`proxy_type_str`).
+    pub fn type_str(self) -> &'static str {
+        match self {
+            Kind::Defaults => "defaults",
+            Kind::Frontend => "frontend",
+            Kind::Backend => "backend",
+            Kind::Listen => "proxy",
+        }
+    }
+}
+/// A `defaults`, `frontend`, `backend` or `listen` section as parsed.
+#[derive(Debug, Clone)]
+pub struct ProxyDraft {
+    pub kind: Kind,
+    /// Empty for an unnamed defaults section.
+    pub name: String,
+    pub loc: Location,
+    pub timeouts: Timeouts,
+    pub retries: u32,
+    pub balance: Balance,
+    /// Frontend `maxconn`.
+    pub maxconn: usize,
+    /// Backend `fullconn`.
+    pub fullconn: usize,
+    pub redispatch: bool,
+    pub splice: SpliceOpts,
+    pub log_global: bool,
+    /// Own `log` lines.
+    pub logs: Vec<LogTarget>,
+    /// `option tcplog`, `option dontlognull`, `log-format`.
+    pub tcplog: bool,
+    pub dontlognull: bool,
+    pub log_format: Option<LogFormat>,
+    pub default_backend: Option<(String, Location)>,
+    pub use_backends: Vec<(UseBackendDraft, Location)>,
+    pub binds: Vec<(SocketAddr, Location)>,
+    pub servers: Vec<ServerDraft>,
+    pub default_server: ServerOpts,
+    /// `option tcp-check`.
+    pub tcp_check: bool,
+    /// `tcp-check` rules, in order.
+    pub tcp_check_rules: Vec<TcpCheckRule>,
+    /// The rules came from a defaults section: the proxy's first own rule replaces
+    /// them (HAProxy does not merge the two lists).
+    pub tcp_check_inherited: bool,
+    /// A `tcp-check comment` waiting for the rule it describes.
+    pub tcp_check_comment: Option<String>,
+    /// `load-server-state-from-file global` (true) or `none` (false, the default).
+    pub load_server_state: bool,
+}
+
+impl ProxyDraft {
+    pub fn fresh(kind: Kind, name: &str, loc: &Location) -> Self {
+        Self {
+            kind,
+            name: name.to_string(),
+            loc: loc.clone(),
+            timeouts: Timeouts::default(),
+            retries: DEFAULT_RETRIES,
+            balance: Balance::default(),
+            maxconn: 0,
+            fullconn: 0,
+            redispatch: false,
+            splice: SpliceOpts::default(),
+            log_global: false,
+            logs: Vec::new(),
+            tcplog: false,
+            dontlognull: false,
+            log_format: None,
+            default_backend: None,
+            use_backends: Vec::new(),
+            binds: Vec::new(),
+            servers: Vec::new(),
+            default_server: ServerOpts::default(),
+            tcp_check: false,
+            tcp_check_rules: Vec::new(),
+            tcp_check_inherited: false,
+            tcp_check_comment: None,
+            load_server_state: false,
+        }
+    }
+}
+
+/// A `use_backend` target before names and files are resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UseBackendDraft {
+    /// A backend name.
+    Name(String),
+    /// `%[src,map_ip(PATH[,DEFAULT])]`.
+    SrcMap {
+        path: String,
+        default: Option<String>,
+    },
+    /// `%[req.ssl_sni,map(PATH[,DEFAULT])]` or, with `dom`, `map_dom(…)`.
+    SniMap {
+        path: String,
+        default: Option<String>,
+        dom: bool,
+    },
+}
+
+/// The log-format expressions shunt evaluates for a backend name: prefix, converter
+/// name, and the draft kind (`None` = `map_ip`, `Some(dom)` = SNI `map`/`map_dom`).
+/// `lower,` is accepted before the SNI converters because names are compared in
+/// lower case anyway.
+const DYNAMIC_NAMES: &[(&str, &str, Option<bool>)] = &[
+    ("%[src,map_ip(", "map_ip", None),
+    ("%[req.ssl_sni,map(", "map", Some(false)),
+    ("%[req.ssl_sni,map_dom(", "map_dom", Some(true)),
+    ("%[req.ssl_sni,lower,map(", "map", Some(false)),
+    ("%[req.ssl_sni,lower,map_dom(", "map_dom", Some(true)),
+];
+
+/// Parse a `use_backend` argument: a plain name, `%[src,map_ip(FILE[,DEFAULT])]`,
+/// `%[req.ssl_sni,map(FILE[,DEFAULT])]` or `%[req.ssl_sni,map_dom(FILE[,DEFAULT])]`.
+pub fn parse_use_backend(arg: &str) -> Result<UseBackendDraft, String> {
+    if !arg.contains("%[") {
+        return Ok(UseBackendDraft::Name(arg.to_string()));
+    }
+    let unsupported = || {
+        format!(
+            "'use_backend' : unsupported dynamic backend name '{arg}' (shunt supports only '%[src,map_ip(<file>[,<default>])]', '%[req.ssl_sni,map(<file>[,<default>])]' and '%[req.ssl_sni,map_dom(<file>[,<default>])]')."
+        )
+    };
+    let (inner, conv, sni) = DYNAMIC_NAMES
+        .iter()
+        .find_map(|(prefix, conv, sni)| {
+            let inner = arg.strip_prefix(prefix)?.strip_suffix(")]")?;
+            Some((inner, *conv, *sni))
+        })
+        .ok_or_else(unsupported)?;
+    let (path, default) = match inner.split_once(',') {
+        Some((p, d)) => (p, Some(d)),
+        None => (inner, None),
+    };
+    if path.is_empty() {
+        return Err(format!(
+            "'use_backend' : converter '{conv}' : missing map file name."
+        ));
+    }
+    if default.is_some_and(|d| d.is_empty() || d.contains([',', '(', ')', '[', ']'])) {
+        return Err(unsupported());
+    }
+    if path.contains(['(', ')', '[', ']']) {
+        return Err(unsupported());
+    }
+    let path = path.to_string();
+    let default = default.map(str::to_string);
+    Ok(match sni {
+        None => UseBackendDraft::SrcMap { path, default },
+        Some(dom) => UseBackendDraft::SniMap { path, default, dom },
+    })
+}
+
+impl Scope for ProxyDraft {
+    fn here(&self) -> Sections {
+        match self.kind {
+            Kind::Defaults => Sections::DEFAULTS,
+            Kind::Frontend => Sections::FRONTEND,
+            Kind::Backend => Sections::BACKEND,
+            Kind::Listen => Sections::FRONTEND.or(Sections::BACKEND),
+        }
+    }
+
+    fn refuse(&self, kw: &str) -> String {
+        match self.kind {
+            Kind::Defaults => format!("'{kw}' not allowed in 'defaults' section."),
+            Kind::Frontend => format!(
+                "'{kw}' not allowed because frontend '{}' has no backend capability.",
+                self.name
+            ),
+            Kind::Backend | Kind::Listen => format!(
+                "'{kw}' not allowed because backend '{}' has no frontend capability.",
+                self.name
+            ),
+        }
+    }
+}
+
+pub const DEF: Sections = Sections::DEFAULTS;
+pub const FE: Sections = Sections::FRONTEND;
+pub const BE: Sections = Sections::BACKEND;
+pub const DEF_FE: Sections = DEF.or(FE);
+pub const DEF_BE: Sections = DEF.or(BE);
+pub const ALL: Sections = Sections::PROXIES;
+
+/// The keywords of proxy sections, in the order "did you mean" hints
+/// consider them.
+#[rustfmt::skip]
+pub const PROXY: &[Keyword<ProxyDraft>] = &[
+    Keyword::new(&["mode"],                         ALL,    Args::Required, mode),
+    Keyword::new(&["bind"],                         FE,     Args::Required, bind),
+    Keyword::new(&["default_backend"],              DEF_FE, Args::Required, default_backend),
+    Keyword::new(&["use_backend"],                  FE,     Args::Required, use_backend),
+    Keyword::new(&["maxconn"],                      DEF_FE, Args::Required, maxconn),
+    Keyword::new(&["fullconn"],                     DEF_BE, Args::Required, fullconn),
+    Keyword::new(&["balance"],                      DEF_BE, Args::Required, balance),
+    Keyword::new(&["server"],                       BE,     Args::Required, server::server),
+    Keyword::new(&["default-server"],               DEF_BE, Args::Any,      server::default_server),
+    Keyword::new(&["timeout"],                      ALL,    Args::Required, timeout),
+    Keyword::new(&["tcp-request"],                  DEF_FE, Args::Required, tcp_request::other),
+    Keyword::new(&["tcp-request", "inspect-delay"], DEF_FE, Args::Required, tcp_request::inspect_delay),
+    Keyword::new(&["tcp-request", "content"],       DEF_FE, Args::Required, tcp_request::content),
+    Keyword::new(&["retries"],                      DEF_BE, Args::Required, retries),
+    Keyword::new(&["option"],                       ALL,    Args::Required, option_other),
+    Keyword::new(&["option", "redispatch"],         DEF_BE, Args::None,     redispatch),
+    Keyword::new(&["option", "splice-auto"],        ALL,    Args::None,     splice_auto),
+    Keyword::new(&["option", "splice-request"],     ALL,    Args::None,     splice_request),
+    Keyword::new(&["option", "splice-response"],    ALL,    Args::None,     splice_response),
+    Keyword::new(&["option", "tcp-check"],          DEF_BE, Args::None,     option_tcp_check),
+    Keyword::new(&["option", "tcplog"],             ALL,    Args::None,     tcplog),
+    Keyword::new(&["option", "dontlognull"],        ALL,    Args::None,     dontlognull),
+    Keyword::new(&["log"],                          ALL,    Args::Required, log),
+    Keyword::new(&["log", "global"],                ALL,    Args::None,     log_global),
+    Keyword::new(&["no"],                           ALL,    Args::Required, no),
+    Keyword::new(&["log-format"],                   DEF_FE, Args::Required, log_format),
+    Keyword::new(&["tcp-check"],                    DEF_BE, Args::Required, tcp_check::other),
+    Keyword::new(&["tcp-check", "comment"],         DEF_BE, Args::Required, tcp_check::comment),
+    Keyword::new(&["tcp-check", "connect"],         DEF_BE, Args::Any,      tcp_check::connect),
+    Keyword::new(&["tcp-check", "send"],            DEF_BE, Args::Required, tcp_check::send),
+    Keyword::new(&["tcp-check", "send-binary"],     DEF_BE, Args::Required, tcp_check::send_binary),
+    Keyword::new(&["tcp-check", "expect"],          DEF_BE, Args::Required, tcp_check::expect),
+    Keyword::new(&["load-server-state-from-file"],  DEF_BE, Args::Required, load_server_state),
+];
+
+/// HAProxy proxy keywords that only make sense for HTTP.
+const HTTP_ONLY_KEYWORDS: &[&str] = &[
+    "http-request",
+    "http-response",
+    "http-after-response",
+    "http-check",
+    "http-reuse",
+    "redirect",
+    "cookie",
+    "capture",
+    "compression",
+    "errorfile",
+    "errorloc",
+    "monitor-uri",
+    "stats",
+    "unique-id-format",
+];
+
+/// HAProxy proxy keywords that need ACLs, which shunt does not have yet.
+const ACL_KEYWORDS: &[&str] = &["acl", "tcp-response", "stick", "stick-table"];
+
+/// One line of a defaults/frontend/backend/listen section.
+pub fn line(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    if let Some(res) = dispatch(PROXY, d, l) {
+        return res;
+    }
+    let kw = l.kw();
+    if HTTP_ONLY_KEYWORDS.contains(&kw) {
+        return Err(format!("'{kw}' is not supported by shunt (TCP only)."));
+    }
+    if ACL_KEYWORDS.contains(&kw) {
+        return Err(format!(
+            "'{kw}' is not supported by shunt yet (ACLs come later)."
+        ));
+    }
+    let msg = format!("unknown keyword '{kw}' in '{}' section", d.kind.section());
+    let candidates = first_words(PROXY).chain(section_names());
+    Err(with_hint(msg, suggest(kw, candidates)))
+}
+
+fn mode(_: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    match l.arg(1) {
+        Some("tcp") => {}
+        Some(m @ ("http" | "health" | "log")) => {
+            return Err(format!("'mode {m}' is not supported by shunt (TCP only)."))
+        }
+        Some(m) => return Err(format!("unknown proxy mode '{m}'.")),
+        None => return Err("'mode' expects 'tcp' as argument.".to_string()),
+    }
+    no_extra(l.args, 2, l.kw())
+}
+
+fn bind(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    let Some(list) = l.arg(1) else {
+        return Err(
+            "'bind' expects [addr1]:port1[-end1]{,[addr]:port[-end]}... as arguments.".to_string(),
+        );
+    };
+    if let Some(opt) = l.arg(2) {
+        return Err(format!(
+            "'bind {list}' in section '{}': unknown keyword '{opt}' (shunt supports no bind options yet).",
+            d.kind.section()
+        ));
+    }
+    for one in list.split(',') {
+        let addrs = parse_addr(one, true).map_err(|e| format!("'bind' : {e}"))?;
+        d.binds
+            .extend(addrs.into_iter().map(|a| (a, l.loc.clone())));
+    }
+    Ok(())
+}
+
+/// The backend name of `default_backend NAME` and `use_backend NAME`.
+fn backend_name<'a>(l: &Line<'a>) -> Result<&'a str, String> {
+    let kw = l.kw();
+    let name = l
+        .arg(1)
+        .ok_or_else(|| format!("'{kw}' expects a backend name."))?;
+    if let Some(cond @ ("if" | "unless")) = l.arg(2) {
+        return Err(format!(
+            "'{kw}' : conditions ('{cond}') are not supported by shunt yet (ACLs come later)."
+        ));
+    }
+    no_extra(l.args, 2, kw)?;
+    Ok(name)
+}
+
+fn default_backend(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    let name = backend_name(l)?;
+    d.default_backend = Some((name.to_string(), l.loc.clone()));
+    Ok(())
+}
+
+fn use_backend(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    let name = backend_name(l)?;
+    d.use_backends
+        .push((parse_use_backend(name)?, l.loc.clone()));
+    Ok(())
+}
+
+fn maxconn(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.maxconn = bounded(int_arg(l.arg(1), l.kw())?, 0, MAX_MAXCONN, l.kw())?;
+    no_extra(l.args, 2, l.kw())
+}
+
+fn fullconn(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.fullconn = bounded(int_arg(l.arg(1), l.kw())?, 0, MAX_MAXCONN, l.kw())?;
+    no_extra(l.args, 2, l.kw())
+}
+
+fn retries(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    let n: u32 = int_arg(l.arg(1), l.kw())?;
+    if n > MAX_RETRIES {
+        return Err(format!(
+            "'retries' value must be between 0 and {MAX_RETRIES} (was {n})"
+        ));
+    }
+    d.retries = n;
+    no_extra(l.args, 2, l.kw())
+}
+
+fn balance(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.balance = match l.arg(1) {
+        Some("roundrobin") => Balance::RoundRobin,
+        Some("static-rr") => Balance::StaticRr,
+        Some("leastconn") => Balance::LeastConn,
+        Some("first") => Balance::First,
+        Some("source") => Balance::Source,
+        Some("random") => Balance::Random,
+        other => {
+            return Err(format!(
+                "'balance' only supports 'roundrobin', 'static-rr', 'leastconn', 'first', 'source' and 'random' (got '{}').",
+                other.unwrap_or("")
+            ))
+        }
+    };
+    no_extra(l.args, 2, l.kw())
+}
+
+/// `timeout NAME TIME`. A timeout for the side a section lacks is harmless:
+/// HAProxy ignores it with a warning, and so does shunt.
+fn timeout(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    let sub = l.arg(1).unwrap_or("");
+    let side = match sub {
+        "client" | "client-fin" => FE,
+        "connect" | "server" | "server-fin" | "tunnel" | "queue" | "check" => BE,
+        "http-request" | "http-keep-alive" | "tarpit" => {
+            return Err(format!("'timeout {sub}' is not supported by shunt (TCP only)."))
+        }
+        _ => {
+            return Err(format!(
+                "'timeout' supports 'client', 'server', 'connect', 'check', 'queue', 'tunnel', 'client-fin' and 'server-fin' (got '{sub}')"
+            ))
+        }
+    };
+    let name = format!("timeout {sub}");
+    let v = l
+        .arg(2)
+        .ok_or_else(|| format!("'{name}' expects an integer value (in milliseconds)"))?;
+    let t = parse_time(v).map_err(|e| format!("{e} in '{name}'"))?;
+    no_extra(l.args, 3, &name)?;
+    if !side.or(DEF).meets(d.here()) {
+        let msg = d.refuse(&name).replacen("not allowed", "ignored", 1);
+        l.warnings.push(format!("parsing [{}] : {msg}", l.loc));
+        return Ok(());
+    }
+    // 0 means "no timeout", as in HAProxy.
+    let t = (!t.is_zero()).then_some(t);
+    let to = &mut d.timeouts;
+    match sub {
+        "client" => to.client = t,
+        "client-fin" => to.client_fin = t,
+        "connect" => to.connect = t,
+        "server" => to.server = t,
+        "server-fin" => to.server_fin = t,
+        "tunnel" => to.tunnel = t,
+        "queue" => to.queue = t,
+        _ => to.check = t,
+    }
+    Ok(())
+}
+
+/// `option NAME` for a NAME no entry holds, or no NAME at all.
+fn option_other(_: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    let Some(name) = l.arg(1) else {
+        return Err("'option' expects an option name.".to_string());
+    };
+    if name.starts_with("http") || name == "forwardfor" || name == "originalto" {
+        return Err(format!(
+            "'option {name}' is not supported by shunt (TCP only)."
+        ));
+    }
+    Err(format!("unknown option '{name}'."))
+}
+
+/// An option's flag: on, or off after `no`.
+fn option_value(l: &Line<'_>) -> bool {
+    !l.negate
+}
+
+/// Refuses words after `option NAME`.
+fn option_end(l: &Line<'_>) -> Result<(), String> {
+    no_extra(l.args, 2, &l.args[..2].join(" "))
+}
+
+fn redispatch(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.redispatch = option_value(l);
+    option_end(l)
+}
+
+fn splice_auto(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.splice.auto = option_value(l);
+    option_end(l)
+}
+
+fn splice_request(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.splice.request = option_value(l);
+    option_end(l)
+}
+
+fn splice_response(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.splice.response = option_value(l);
+    option_end(l)
+}
+
+fn option_tcp_check(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.tcp_check = option_value(l);
+    option_end(l)
+}
+
+// Backends ignore `tcplog` and `dontlognull` (the frontend logs its flows),
+// as HAProxy does.
+fn tcplog(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.tcplog = option_value(l);
+    option_end(l)
+}
+
+fn dontlognull(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.dontlognull = option_value(l);
+    option_end(l)
+}
+
+/// `no option NAME` and `no log`; nothing else takes `no`.
+fn no(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    match l.arg(1) {
+        Some("option") => {
+            let args = l.args;
+            let mut rest = Line::new(&args[1..], l.loc, l.warnings);
+            rest.negate = true;
+            // `option` is in the table, so the lookup cannot miss.
+            dispatch(PROXY, d, &mut rest).unwrap_or_else(|| option_other(d, &mut rest))
+        }
+        Some("log") => {
+            d.log_global = false;
+            d.logs.clear();
+            no_extra(l.args, 2, "no log")
+        }
+        _ => Err("'no' is only supported before 'option' and 'log'.".to_string()),
+    }
+}
+
+/// `log TARGET ...` (see [`log_target`]).
+fn log(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    if l.args.len() < 2 {
+        return Err("log : expects <address> and <facility> or global as arguments".to_string());
+    }
+    d.logs.push(log_target(&l.args[1..])?);
+    Ok(())
+}
+
+fn log_global(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.log_global = true;
+    no_extra(l.args, 2, "log global")
+}
+
+fn log_format(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    let f = l
+        .arg(1)
+        .ok_or_else(|| "'log-format' expects a format string.".to_string())?;
+    no_extra(l.args, 2, l.kw())?;
+    d.log_format = Some(LogFormat::parse(f).map_err(|e| format!("'log-format' : {e}"))?);
+    Ok(())
+}
+
+fn load_server_state(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    let kw = l.kw();
+    d.load_server_state = match l.arg(1) {
+        Some("global") => true,
+        Some("none") => false,
+        Some("local") => {
+            return Err(format!(
+                "'{kw} local' is not supported by shunt (use 'global' and 'server-state-file')."
+            ))
+        }
+        other => {
+            return Err(format!(
+                "'{kw}' expects 'global', 'local' or 'none'. Got '{}'",
+                other.unwrap_or("")
+            ))
+        }
+    };
+    no_extra(l.args, 2, kw)
+}
