@@ -450,7 +450,7 @@ fn a_socket_without_expose_fd_hands_nothing_over() {
     c.read_exact(&mut b).expect("old process still serves");
 }
 
-/// The capabilities the README's "Capabilities" section names as needed at start.
+/// The capabilities the README's "Deployment and capabilities" section names as needed at start.
 const README_CAPS: [&str; 6] = [
     "CAP_BPF",
     "CAP_NET_ADMIN",

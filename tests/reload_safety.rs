@@ -186,12 +186,7 @@ struct PinGuard(std::path::PathBuf);
 
 impl PinGuard {
     fn new(socket: &Path) -> PinGuard {
-        let name: String = socket
-            .to_string_lossy()
-            .chars()
-            .map(|c| if c == '/' || c == '.' { '_' } else { c })
-            .collect();
-        PinGuard(Path::new("/sys/fs/bpf/shunt").join(name.trim_start_matches('_')))
+        PinGuard(pin_dir(socket))
     }
 }
 

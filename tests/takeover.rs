@@ -14,7 +14,7 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,19 +39,9 @@ fn config(dir: &Path, port: u16, server: SocketAddr) -> String {
     )
 }
 
-/// `bpf::pin_dir_for` of the stats socket: where the instance's maps are pinned.
-fn pin_dir(sock: &Path) -> PathBuf {
-    let name: String = sock
-        .to_string_lossy()
-        .chars()
-        .map(|c| if c == '/' || c == '.' { '_' } else { c })
-        .collect();
-    Path::new("/sys/fs/bpf/shunt").join(name.trim_start_matches('_'))
-}
-
 /// The kernel id of the instance's SOCKHASH, from bpftool.
 fn sockhash_id(sock: &Path) -> u32 {
-    let pinned = pin_dir(sock).join("SHUNT_SOCKS");
+    let pinned = shunt_tests::reload::pin_dir(sock).join("SHUNT_SOCKS");
     let out = std::process::Command::new("bpftool")
         .args(["-j", "map", "show", "pinned"])
         .arg(&pinned)
@@ -158,21 +148,6 @@ impl LongFlow {
     }
 }
 
-/// `text` without its ANSI colour sequences.
-fn without_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut in_escape = false;
-    for c in text.chars() {
-        match (in_escape, c) {
-            (false, '\u{1b}') => in_escape = true,
-            (false, c) => out.push(c),
-            (true, c) if c.is_ascii_alphabetic() => in_escape = false,
-            (true, _) => {}
-        }
-    }
-    out
-}
-
 /// An echo exchange through shunt (new connections are served).
 fn exchange_ok(addr: SocketAddr) -> bool {
     let Ok(mut c) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
@@ -264,7 +239,8 @@ fn no_commit(hang: bool) {
         ],
     );
     assert!(
-        without_ansi(&new.stderr()).contains("took the kernel flows of the old process flows=1"),
+        shunt_tests::reload::plain(&new.stderr())
+            .contains("took the kernel flows of the old process flows=1"),
         "the reload after the failed take-over did not adopt the flow:\n{}\nold:\n{}",
         new.stderr(),
         old.stderr()

@@ -117,22 +117,7 @@ fn assert_runs_as_nobody(pid: i32, groups: &[&str]) {
 
 /// shunt's stderr without the ANSI colour sequences tracing adds.
 fn plain_stderr(shunt: &Shunt) -> String {
-    let raw = shunt.stderr();
-    let mut out = String::with_capacity(raw.len());
-    let mut chars = raw.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // CSI: ESC '[' parameters, ended by a letter.
-            for e in chars.by_ref() {
-                if e.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    shunt_tests::reload::plain(&shunt.stderr())
 }
 
 /// Lines of `stderr` containing every one of `parts`.

@@ -162,6 +162,11 @@ impl Drop for PidFile {
         let Some(f) = &self.0 else {
             return;
         };
+        // A successor that took us over owns the file, even before it wrote
+        // its pid there (we may exit first).
+        if crate::reload::handed_over() {
+            return;
+        }
         // Only our own: after a reload the file holds the successor's pid.
         let ours = if f.written {
             std::fs::read_to_string(&f.path)

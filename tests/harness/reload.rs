@@ -363,3 +363,15 @@ pub fn pump_sides(
     }
     sides
 }
+
+/// Where an instance's BPF maps are pinned: `proxy::bpf::pin_dir_for` of its
+/// stats socket with `expose-fd listeners` (a copy of that naming rule: the
+/// tests do not link the daemon).
+pub fn pin_dir(sock: &std::path::Path) -> std::path::PathBuf {
+    let name: String = sock
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c == '/' || c == '.' { '_' } else { c })
+        .collect();
+    std::path::Path::new("/sys/fs/bpf/shunt").join(name.trim_start_matches('_'))
+}
