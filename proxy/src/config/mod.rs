@@ -10,6 +10,7 @@
 
 mod addr;
 mod lexer;
+pub mod logspec;
 mod model;
 mod parse;
 mod units;

@@ -68,8 +68,8 @@ pub enum CliLevel {
     Admin,
 }
 
-pub use crate::log::format::LogFormat;
-pub use crate::log::syslog::SyslogFormat;
+pub use super::logspec::LogFormat;
+pub use super::logspec::SyslogFormat;
 
 /// Where a `log` line sends its messages.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,9 +1,10 @@
 //! Traffic log lines: `log-format` strings compiled once at configuration time,
 //! then rendered per flow from a [`FlowLog`] record.
 //!
-//! Owns the `%` variables shunt knows (HAProxy's names and meanings, TCP subset),
-//! HAProxy's TCP log format (`option tcplog`), its "Connect from" default line, and
-//! the two-letter termination state (`%ts`).
+//! Owns the rendering of the `%` variables shunt knows (HAProxy's names and
+//! meanings, TCP subset; the variables, `option tcplog`'s format and the "Connect
+//! from" line are compiled by `config::logspec`) and the two-letter termination
+//! state (`%ts`).
 //!
 //! Invariant: rendering never fails and never allocates more than the line itself;
 //! a value that does not exist for a flow (no server, never connected) renders as
@@ -15,161 +16,11 @@ use std::time::SystemTime;
 
 use super::time::{Tm, MONTHS};
 
-/// HAProxy's `option tcplog` format.
-pub const TCPLOG_FORMAT: &str =
-    "%ci:%cp [%t] %ft %b/%s %Tw/%Tc/%Tt %B %ts %ac/%fc/%bc/%sc/%rc %sq/%bq";
-/// HAProxy's default format (no `option tcplog`, no `log-format`), logged when
-/// the connection is accepted.
-pub const CONNECT_FORMAT: &str = "Connect from %ci:%cp to %fi:%fp (%f/TCP)";
+pub use crate::config::logspec::{LogFormat, Node, Var, CONNECT_FORMAT, TCPLOG_FORMAT};
 
-/// One `%` variable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Var {
-    ClientIp,
-    ClientPort,
-    FrontendIp,
-    FrontendPort,
-    /// `%t`: accept date, `dd/Mmm/yyyy:HH:MM:SS.mmm`.
-    AcceptDate,
-    /// `%Ts`: accept date, Unix seconds.
-    AcceptTs,
-    /// `%ms`: the milliseconds of the accept date, 3 digits.
-    AcceptMs,
-    /// `%f` / `%ft` (no TLS in shunt: the same).
-    Frontend,
-    Backend,
-    Server,
-    /// `%bi`/`%bp`: the local address of the server connection.
-    BackendIp,
-    BackendPort,
-    /// `%si`/`%sp`: the server's address.
-    ServerIp,
-    ServerPort,
-    Tw,
-    Tc,
-    Tt,
-    /// `%B`: bytes from the server to the client.
-    BytesRead,
-    /// `%U`: bytes from the client to the server.
-    BytesUploaded,
-    TermState,
-    ActConn,
-    FeConn,
-    BeConn,
-    SrvConn,
-    Retries,
-    SrvQueue,
-    BackendQueue,
-    Pid,
-    /// `%H`: the host name.
-    Hostname,
-    /// Not HAProxy's: the forwarding mode (`sockmap`, `splice`, `copy`, `-`).
-    FwdMode,
-}
-
-const VARS: &[(&str, Var)] = &[
-    ("ci", Var::ClientIp),
-    ("cp", Var::ClientPort),
-    ("fi", Var::FrontendIp),
-    ("fp", Var::FrontendPort),
-    ("t", Var::AcceptDate),
-    ("Ts", Var::AcceptTs),
-    ("ms", Var::AcceptMs),
-    ("f", Var::Frontend),
-    ("ft", Var::Frontend),
-    ("b", Var::Backend),
-    ("s", Var::Server),
-    ("bi", Var::BackendIp),
-    ("bp", Var::BackendPort),
-    ("si", Var::ServerIp),
-    ("sp", Var::ServerPort),
-    ("Tw", Var::Tw),
-    ("Tc", Var::Tc),
-    ("Tt", Var::Tt),
-    ("B", Var::BytesRead),
-    ("U", Var::BytesUploaded),
-    ("ts", Var::TermState),
-    ("ac", Var::ActConn),
-    ("fc", Var::FeConn),
-    ("bc", Var::BeConn),
-    ("sc", Var::SrvConn),
-    ("rc", Var::Retries),
-    ("sq", Var::SrvQueue),
-    ("bq", Var::BackendQueue),
-    ("pid", Var::Pid),
-    ("H", Var::Hostname),
-    ("fwd", Var::FwdMode),
-];
-
-/// One piece of a compiled format.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Node {
-    Text(String),
-    Var(Var),
-}
-
-/// A compiled `log-format`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogFormat {
-    pub nodes: Vec<Node>,
-}
-
+/// Rendering a compiled format (its compilation is configuration's:
+/// `config::logspec`).
 impl LogFormat {
-    /// Compile `text` (already unquoted by the lexer). `%%` is a literal `%`;
-    /// `%{flags}var` accepts and ignores HAProxy's flags (`+Q`, `-Q`, ...).
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let mut nodes = Vec::new();
-        let mut lit = String::new();
-        let mut rest = text;
-        while let Some(i) = rest.find('%') {
-            lit.push_str(&rest[..i]);
-            rest = &rest[i + 1..];
-            if let Some(r) = rest.strip_prefix('%') {
-                lit.push('%');
-                rest = r;
-                continue;
-            }
-            if let Some(r) = rest.strip_prefix('{') {
-                let end = r
-                    .find('}')
-                    .ok_or_else(|| format!("missing '}}' after '%{{' in '{text}'"))?;
-                rest = &r[end + 1..];
-            }
-            if rest.starts_with('[') {
-                return Err(format!(
-                    "sample fetch expressions ('%[...]') are not supported in log-format by shunt: '{text}'"
-                ));
-            }
-            let n = rest
-                .find(|c: char| !c.is_ascii_alphanumeric() && c != '_')
-                .unwrap_or(rest.len());
-            let name = &rest[..n];
-            let Some(&(_, var)) = VARS.iter().find(|(k, _)| *k == name) else {
-                return Err(format!("no such format variable '{name}'. If you wanted to emit the '%' character verbatim, you need to use '%%'"));
-            };
-            if !lit.is_empty() {
-                nodes.push(Node::Text(std::mem::take(&mut lit)));
-            }
-            nodes.push(Node::Var(var));
-            rest = &rest[n..];
-        }
-        lit.push_str(rest);
-        if !lit.is_empty() {
-            nodes.push(Node::Text(lit));
-        }
-        Ok(Self { nodes })
-    }
-
-    /// The TCP log format of `option tcplog`.
-    pub fn tcplog() -> Self {
-        Self::parse(TCPLOG_FORMAT).unwrap_or(Self { nodes: Vec::new() })
-    }
-
-    /// HAProxy's default connection line.
-    pub fn connect() -> Self {
-        Self::parse(CONNECT_FORMAT).unwrap_or(Self { nodes: Vec::new() })
-    }
-
     /// Render the line for `f` into `out`.
     pub fn render(&self, f: &FlowLog, names: &Names<'_>, out: &mut String) {
         for n in &self.nodes {

@@ -1,5 +1,5 @@
-//! Syslog framing: facilities and levels by name, and the header each format
-//! puts before a log line (`rfc3164`, `rfc5424`, `short`, `raw`) as HAProxy writes
+//! Syslog framing: the header each format (named in `config::logspec`, with
+//! the facilities and levels) puts before a log line (`rfc3164`, `rfc5424`, `short`, `raw`) as HAProxy writes
 //! them, with `len` truncation.
 //!
 //! Owns no I/O: it turns a message into the bytes one transport sends.
@@ -9,71 +9,15 @@ use std::time::SystemTime;
 
 use super::time::{Tm, MONTHS};
 
-/// Syslog facilities by name (RFC 5424 numbering), as HAProxy accepts them.
-pub const FACILITIES: [&str; 24] = [
-    "kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "auth2",
-    "ftp", "ntp", "audit", "alert", "cron2", "local0", "local1", "local2", "local3", "local4",
-    "local5", "local6", "local7",
-];
-
-/// Syslog levels by name, most severe first.
-pub const LEVELS: [&str; 8] = [
-    "emerg", "alert", "crit", "err", "warning", "notice", "info", "debug",
-];
+pub use crate::config::logspec::{
+    facility, level, SyslogFormat, DEFAULT_MAXLEN, FACILITIES, LEVELS, MAX_MAXLEN, MIN_MAXLEN,
+};
 
 /// The level traffic logs are emitted at (HAProxy: `info`).
 pub const LEVEL_INFO: u8 = 6;
 
-/// HAProxy's default `len`: longer lines are truncated.
-pub const DEFAULT_MAXLEN: usize = 1024;
-/// Bounds of `len`/`maxlen`: a header must fit; above 64 KiB no UDP datagram does.
-pub const MIN_MAXLEN: usize = 80;
-pub const MAX_MAXLEN: usize = 65_535;
-
 /// The tag (program name) every header carries, as HAProxy uses its own name.
 pub const TAG: &str = "shunt";
-
-/// A facility's number from its name.
-pub fn facility(name: &str) -> Option<u8> {
-    FACILITIES
-        .iter()
-        .position(|f| *f == name)
-        .and_then(|i| u8::try_from(i).ok())
-}
-
-/// A level's number from its name.
-pub fn level(name: &str) -> Option<u8> {
-    LEVELS
-        .iter()
-        .position(|l| *l == name)
-        .and_then(|i| u8::try_from(i).ok())
-}
-
-/// The header format of a log target or ring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SyslogFormat {
-    /// `<PRI>Mmm dd HH:MM:SS TAG[PID]: MSG`.
-    #[default]
-    Rfc3164,
-    /// `<PRI>1 TIMESTAMP HOSTNAME TAG PID - - MSG`.
-    Rfc5424,
-    /// `<PRI>MSG`.
-    Short,
-    /// `MSG`.
-    Raw,
-}
-
-impl SyslogFormat {
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "rfc3164" => Some(Self::Rfc3164),
-            "rfc5424" => Some(Self::Rfc5424),
-            "short" => Some(Self::Short),
-            "raw" => Some(Self::Raw),
-            _ => None,
-        }
-    }
-}
 
 /// Write the header of `fmt` for a message at `facility`/`level` sent at `now`.
 pub fn header(

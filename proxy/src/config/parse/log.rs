@@ -8,7 +8,7 @@ use super::addr::parse_addr;
 use super::model::*;
 use super::units::{parse_size, parse_time};
 use super::{bounded, dispatch, int_arg, no_extra, Args, Keyword, Line, Scope, Sections};
-use crate::log::syslog::{facility, level, DEFAULT_MAXLEN, MAX_MAXLEN, MIN_MAXLEN};
+use crate::config::logspec::{facility, level, DEFAULT_MAXLEN, MAX_MAXLEN, MIN_MAXLEN};
 
 /// `size` of a ring when not configured (HAProxy's BUFSIZE).
 pub const DEFAULT_RING_SIZE: usize = 16_384;
