@@ -11,6 +11,7 @@
 mod addr;
 mod lexer;
 pub mod logspec;
+pub mod mapfile;
 mod model;
 mod parse;
 mod units;

@@ -540,7 +540,7 @@ pub struct MapSource {
     pub path: String,
     /// The first rule that uses it.
     pub used_at: Location,
-    pub entries: Vec<crate::maps::FileEntry>,
+    pub entries: Vec<super::mapfile::FileEntry>,
 }
 
 /// The whole validated configuration.
@@ -560,16 +560,16 @@ impl Config {
 
     /// The key kind of map `id`: strings when an SNI rule uses it, else IP (validation
     /// refuses a file used both ways).
-    pub fn map_kind(&self, id: usize) -> crate::maps::MapKind {
+    pub fn map_kind(&self, id: usize) -> super::mapfile::MapKind {
         let by_name = self
             .frontends
             .iter()
             .flat_map(|f| f.use_backends.iter())
             .any(|u| matches!(u, UseBackend::SniMap { map, .. } if *map == id));
         if by_name {
-            crate::maps::MapKind::Str
+            super::mapfile::MapKind::Str
         } else {
-            crate::maps::MapKind::Ip
+            super::mapfile::MapKind::Ip
         }
     }
 }

@@ -1432,11 +1432,11 @@ fn use_backend_sni_maps_and_inspect_delay() {
          backend a\nbackend b\n"
     ));
     assert_eq!(c.maps.len(), 1, "one file, one map");
-    assert_eq!(c.map_kind(0), crate::maps::MapKind::Str);
+    assert_eq!(c.map_kind(0), super::mapfile::MapKind::Str);
     // String keys are kept lower-cased.
     assert_eq!(
         c.maps[0].entries[0].pattern,
-        crate::maps::MapKey::string("example.com")
+        super::mapfile::MapKey::string("example.com")
     );
     assert_eq!(c.maps[0].entries[0].key, "Example.COM");
     assert_eq!(

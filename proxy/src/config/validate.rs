@@ -11,10 +11,10 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
+use super::mapfile::MapKind;
 use super::model::*;
 use super::parse::{Kind, Parser, ProxyDraft, UseBackendDraft};
 use super::{ConfigError, Loaded};
-use crate::maps::MapKind;
 
 pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
     let mut errors = p.errors;
@@ -280,7 +280,7 @@ fn load_map(
         }
         return Ok(i);
     }
-    let entries = crate::maps::load_file(path, kind).map_err(|e| rule_error(e.to_string()))?;
+    let entries = super::mapfile::load_file(path, kind).map_err(|e| rule_error(e.to_string()))?;
     kinds.push(kind);
     maps.push(MapSource {
         path: path.to_string(),

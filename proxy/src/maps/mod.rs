@@ -3,10 +3,11 @@
 //!
 //! A map's kind ([`MapKind`]: IP or string keys) is fixed by the rules that use it; the
 //! configuration refuses a file used as both. Every key the CLI sends is read as that
-//! kind (`key.rs`).
+//! kind (`config::mapfile::key`).
 //!
-//! Owns the map file format (HAProxy's: one `key value` per line, blank lines and lines
-//! starting with `#` ignored, the value is the rest of the line), the registry of loaded
+//! The map file format (HAProxy's: one `key value` per line, blank lines and lines
+//! starting with `#` ignored, the value is the rest of the line) is read by
+//! configuration (`config::mapfile`, re-exported here). Owns the registry of loaded
 //! maps with their ids (`#0`, `#1`… in load order, one per distinct file) and every
 //! runtime change to them. The CLI's dispatch is the only caller of the changing methods.
 //!
@@ -35,8 +36,6 @@
 //! one `ArcSwap` store and discards V's predecessors (the old live table included,
 //! with any change staged for it). Versions prepared after V survive the commit.
 
-pub mod key;
-pub mod net;
 pub mod table;
 
 #[cfg(test)]
@@ -51,8 +50,10 @@ use arc_swap::ArcSwap;
 
 use crate::config::{Config, MapSource};
 
-pub use key::{MapKey, MapKind};
-pub use net::{BadIpKey, IpNet};
+pub use crate::config::mapfile::{
+    key, load_file, net, parse_text, parse_text_as, split_entry, BadIpKey, FileEntry, IpNet,
+    MapFileError, MapKey, MapKind,
+};
 pub use table::{Entry, Table};
 
 /// Base of the fake entry addresses `show map` prints (HAProxy prints a pointer there).
@@ -62,28 +63,6 @@ const PTR_STRIDE: u64 = 0x90;
 /// Most staged changes of one map before they are published even mid-batch, which
 /// bounds how far flows can lag behind an acknowledged-soon batch.
 pub const PUBLISH_EVERY: usize = 64 * 1024;
-
-/// One line of a map file, its key already checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileEntry {
-    /// The key, normalised.
-    pub pattern: MapKey,
-    pub key: String,
-    pub value: String,
-}
-
-/// A map file that cannot be loaded; texts follow HAProxy's.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MapFileError {
-    #[error("failed to open pattern file <{path}>")]
-    Open { path: String },
-    #[error("{err} at line {line} of file '{path}'")]
-    BadKey {
-        err: BadIpKey,
-        line: usize,
-        path: String,
-    },
-}
 
 /// A refused runtime change; texts are HAProxy's (the CLI adds the final `.` and `\n`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -105,56 +84,6 @@ pub enum MapError {
     /// `commit map @V` with V not in curr_ver+1..=next_ver.
     #[error("Version number out of range")]
     VersionOutOfRange,
-}
-
-/// Read and check a map file whose keys are of kind `kind`.
-pub fn load_file(path: &str, kind: MapKind) -> Result<Vec<FileEntry>, MapFileError> {
-    let text = std::fs::read(path).map_err(|_| MapFileError::Open {
-        path: path.to_string(),
-    })?;
-    parse_text_as(path, &String::from_utf8_lossy(&text), kind)
-}
-
-/// Split one map line into key and value: the key is the first word, the value the
-/// rest of the line with surrounding blanks removed. `None` for blank and comment lines.
-pub fn split_entry(line: &str) -> Option<(&str, &str)> {
-    let line = line.trim_end_matches(['\r', '\n']).trim_start();
-    if line.is_empty() || line.starts_with('#') {
-        return None;
-    }
-    let end = line.find([' ', '\t']).unwrap_or(line.len());
-    let (key, rest) = line.split_at(end);
-    Some((key, rest.trim_matches([' ', '\t'])))
-}
-
-/// Parse the text of a `map_ip` file named `path` (for messages).
-pub fn parse_text(path: &str, text: &str) -> Result<Vec<FileEntry>, MapFileError> {
-    parse_text_as(path, text, MapKind::Ip)
-}
-
-/// Parse the text of a map file named `path` whose keys are of kind `kind`.
-pub fn parse_text_as(
-    path: &str,
-    text: &str,
-    kind: MapKind,
-) -> Result<Vec<FileEntry>, MapFileError> {
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let Some((key, value)) = split_entry(line) else {
-            continue;
-        };
-        let pattern = MapKey::parse(kind, key).map_err(|err| MapFileError::BadKey {
-            err,
-            line: i + 1,
-            path: path.to_string(),
-        })?;
-        out.push(FileEntry {
-            pattern,
-            key: key.to_string(),
-            value: value.to_string(),
-        });
-    }
-    Ok(out)
 }
 
 /// One loaded map.
