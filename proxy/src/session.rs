@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 
 use crate::config::{Backend, ForwardMode, Frontend, UseBackend};
 use crate::handoff::{self, End, FlowTimeouts, Meter, Mode};
@@ -174,31 +174,6 @@ pub(crate) fn flow_timeouts(fe: &Frontend, be: &Backend) -> FlowTimeouts {
     }
 }
 
-/// A fresh connection to `addr` (TCP_NODELAY), bounded by `timeout connect`; the
-/// pool's refill uses it too.
-pub(crate) async fn connect(
-    addr: SocketAddr,
-    timeout: Option<Duration>,
-) -> std::io::Result<TcpStream> {
-    let sock = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    sock.set_nodelay(true)?;
-    let fut = sock.connect(addr);
-    match timeout {
-        Some(t) => match tokio::time::timeout(t, fut).await {
-            Ok(r) => r,
-            Err(_) => Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "connect timeout",
-            )),
-        },
-        None => fut.await,
-    }
-}
-
 /// A connection to the server of `rt` for a new flow: a warm spare of the pool
 /// when one is good (a spare that a server-first greeting is waiting on keeps it
 /// unread, so the forwarding delivers it to the client), else a fresh connect.
@@ -213,7 +188,7 @@ async fn connect_server(
         let tid = crate::scheduler::try_thread_id().unwrap_or(0);
         let spare = rt.pool.take(tid, addr);
         // The spare is replaced (or the need re-estimated) at once.
-        crate::pool::kick();
+        crate::lb::spares::kick();
         if let Some(sock) = spare {
             match TcpStream::from_std(sock) {
                 Ok(s) => return Ok(s),
@@ -228,13 +203,13 @@ async fn connect_server(
     let mut addr = addr;
     for _ in 0..MAX_ADDR_CHANGE_RETRIES {
         let gen = rt.addr_gen();
-        let s = connect(addr, timeout).await?;
+        let s = crate::lb::spares::connect(addr, timeout).await?;
         if rt.addr_gen() == gen {
             return Ok(s);
         }
         addr = rt.addr();
     }
-    connect(addr, timeout).await
+    crate::lb::spares::connect(addr, timeout).await
 }
 
 /// Fresh connects restarted because the server's address changed under them.

@@ -113,7 +113,7 @@ fn refill(state: &Arc<Runtime>, tid: usize, bi: usize, si: usize) {
         let timeout = state.config.backends[bi].timeouts.connect;
         let _ = scheduler::spawn(Class::Normal, "pool-connect", async move {
             let rt = &st.backends[bi].servers[si];
-            let made = crate::session::connect(addr, timeout)
+            let made = crate::lb::spares::connect(addr, timeout)
                 .await
                 .and_then(|s| s.into_std());
             match made {

@@ -621,3 +621,28 @@ impl ServerPool {
         }
     }
 }
+
+/// A fresh connection to `addr` (TCP_NODELAY), bounded by `timeout connect`:
+/// a flow's own connect and a spare's alike.
+pub async fn connect(
+    addr: SocketAddr,
+    timeout: Option<Duration>,
+) -> std::io::Result<tokio::net::TcpStream> {
+    let sock = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    sock.set_nodelay(true)?;
+    let fut = sock.connect(addr);
+    match timeout {
+        Some(t) => match tokio::time::timeout(t, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connect timeout",
+            )),
+        },
+        None => fut.await,
+    }
+}
