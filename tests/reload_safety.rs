@@ -774,6 +774,13 @@ fn failed_reloads(prometheus: bool) {
             cfg: map_frontend(&a_dir),
             expect: vec![a_dir.display().to_string()],
         });
+        // Found at start-up after the stats sockets were inherited: a start
+        // that fails then must not remove the predecessor's socket files.
+        cases.push(BadReload {
+            name: "a user that does not exist",
+            cfg: format!("{cfg}\nglobal\n    user shunt-no-such-user\n"),
+            expect: vec!["shunt-no-such-user".into()],
+        });
     }
 
     let mut old = Shunt::start(&cfg, &["--forward-mode", mode]);

@@ -443,6 +443,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         }
     }
     drop(handoffs);
+    cli_sockets.own_inherited();
     pidfile.write_pid();
     state.admission.hold_accepting(false);
     tracing::info!(nbthread, mode = ?forward_mode, "shunt started");

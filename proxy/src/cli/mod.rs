@@ -205,6 +205,10 @@ pub struct Sockets {
     /// started by a reload may bind the same path, and its file must survive
     /// our exit.
     paths: Vec<(PathBuf, Option<(u64, u64)>)>,
+    /// The files of inherited sockets: the predecessor's until this process
+    /// serves ([`Sockets::own_inherited`]), so a start-up that fails removes
+    /// none of them.
+    inherited_paths: Vec<(PathBuf, Option<(u64, u64)>)>,
 }
 
 fn file_id(path: &Path) -> Option<(u64, u64)> {
@@ -238,7 +242,8 @@ impl Sockets {
                 Some(listener) => {
                     tracing::info!(path = %sock.path.display(), "stats socket inherited");
                     s.inherited.push(sock.clone());
-                    s.paths.push((sock.path.clone(), file_id(&sock.path)));
+                    s.inherited_paths
+                        .push((sock.path.clone(), file_id(&sock.path)));
                     listener
                 }
                 None => {
@@ -279,6 +284,12 @@ impl Sockets {
             self.paths.push((path.clone(), file_id(&path)));
         }
         Ok(())
+    }
+
+    /// This process serves now (its predecessor committed the take-over): the
+    /// inherited sockets' files are its own to remove when it stops.
+    pub fn own_inherited(&mut self) {
+        self.paths.append(&mut self.inherited_paths);
     }
 
     /// Dups of the listening sockets, for a successor (`_getsocks`).
