@@ -193,7 +193,6 @@ impl Drop for PidFile {
 /// and CAP_BPF is kept only if it says so. Everything else (binding, the
 /// stats socket, the pidfile, map creation and program load) happened before.
 fn drop_privileges(config: &Config) -> Result<(), DaemonError> {
-    use crate::bpf::BpfStatus;
     use crate::sys::caps::{self, Cap};
     let (user, group) = (
         config.global.user.as_deref(),
@@ -202,8 +201,10 @@ fn drop_privileges(config: &Config) -> Result<(), DaemonError> {
     if user.is_none() && group.is_none() {
         return Ok(());
     }
-    let (keep, why): (Vec<Cap>, String) = match crate::bpf::status() {
-        BpfStatus::Loaded => match caps::held_bpf_fd_needs_cap() {
+    // The one fact of whether BPF loaded is the loaded handle itself.
+    let loaded = crate::handoff::sockmap::kernel().is_some();
+    let (keep, why): (Vec<Cap>, String) = match loaded {
+        true => match caps::held_bpf_fd_needs_cap() {
             Ok(false) => (
                 Vec::new(),
                 "BPF loaded; map operations on held descriptors need no capability on this kernel"
@@ -220,7 +221,7 @@ fn drop_privileges(config: &Config) -> Result<(), DaemonError> {
                 format!("BPF loaded; keeping CAP_BPF since the probe failed: {e}"),
             ),
         },
-        BpfStatus::Unavailable(_) => (
+        false => (
             Vec::new(),
             "BPF not loaded; userspace forwarding needs no capability".to_string(),
         ),

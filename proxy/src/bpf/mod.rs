@@ -174,9 +174,6 @@ pub fn pin_dir_for(socket: &Path) -> PathBuf {
     Path::new(PIN_ROOT).join(name)
 }
 
-/// Process-wide result of the last [`Bpf::load`].
-static STATUS: Mutex<Option<BpfStatus>> = Mutex::new(None);
-
 /// Whether kernel forwarding is available, and if not, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BpfStatus {
@@ -185,29 +182,6 @@ pub enum BpfStatus {
     /// Not available; the reason is one line for operators
     /// (e.g. `EPERM: missing CAP_BPF ...`).
     Unavailable(String),
-}
-
-/// The status of the last load attempt in this process.
-pub fn status() -> BpfStatus {
-    if !BUILT_WITH_BPF {
-        return BpfStatus::Unavailable(NO_BPF_REASON.to_string());
-    }
-    match STATUS.lock() {
-        Ok(guard) => guard
-            .clone()
-            .unwrap_or_else(|| BpfStatus::Unavailable("BPF not loaded yet".to_string())),
-        Err(poisoned) => poisoned
-            .into_inner()
-            .clone()
-            .unwrap_or_else(|| BpfStatus::Unavailable("BPF status unknown".to_string())),
-    }
-}
-
-fn record_status(s: BpfStatus) {
-    match STATUS.lock() {
-        Ok(mut guard) => *guard = Some(s),
-        Err(poisoned) => *poisoned.into_inner() = Some(s),
-    }
 }
 
 /// Why [`Bpf::load`] failed.
@@ -429,8 +403,7 @@ impl std::fmt::Debug for Bpf {
 }
 
 impl Bpf {
-    /// Loads the embedded object, attaches the verdict to the SOCKHASH and
-    /// records the outcome for [`status`].
+    /// Loads the embedded object and attaches the verdict to the SOCKHASH.
     pub fn load() -> Result<Bpf, BpfError> {
         Self::load_pinned(None)
     }
@@ -439,12 +412,7 @@ impl Bpf {
     /// If the pin directory cannot be made (no BPF filesystem), the maps are
     /// not pinned: a warning, and kernel flows will not survive a reload.
     pub fn load_pinned(pins: Option<&Pins>) -> Result<Bpf, BpfError> {
-        let result = Self::load_inner(pins.and_then(prepare_pins));
-        record_status(match &result {
-            Ok(_) => BpfStatus::Loaded,
-            Err(e) => BpfStatus::Unavailable(e.reason()),
-        });
-        result
+        Self::load_inner(pins.and_then(prepare_pins))
     }
 
     #[cfg(shunt_no_bpf)]

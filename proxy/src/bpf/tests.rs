@@ -27,10 +27,7 @@ const QUIET: Duration = Duration::from_millis(200);
 
 fn load_or_skip(test: &str) -> Option<Bpf> {
     match Bpf::load() {
-        Ok(bpf) => {
-            assert_eq!(status(), BpfStatus::Loaded);
-            Some(bpf)
-        }
+        Ok(bpf) => Some(bpf),
         Err(e) => {
             if std::env::var("SHUNT_REQUIRE_BPF").is_ok_and(|v| v == "1") {
                 panic!(
