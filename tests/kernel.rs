@@ -2,7 +2,8 @@
 //! binary on the real kernel: integrity at volume, early data and
 //! server-first greetings, half-close with slow readers, backpressure, the
 //! FIN-before-insertion fallback, map and fd leaks, and timeouts on
-//! kernel-forwarded flows. Every test asserts the mode the flows used.
+//! kernel-forwarded flows. Every test asserts the mode the flows used
+//! (`auto`, which promotes flows to the kernel one by one: promotion.rs).
 //!
 //! Requires root (BPF). Under `SHUNT_REQUIRE_BPF=1` (CI) a missing BPF fails
 //! the test; otherwise these tests skip loudly.
@@ -550,29 +551,4 @@ fn timeouts_apply_to_kernel_forwarded_flows() {
     );
     assert_mode(&shunt.sock(), "sockmap");
     assert_kernel_counts_agreed(&shunt);
-}
-
-/// `forward-mode auto` with BPF loaded hands flows to the kernel; a backend
-/// with `option splice-auto` keeps its flows on splice.
-#[test]
-fn auto_uses_the_kernel_unless_a_proxy_asks_for_splice() {
-    if !bpf_wanted() {
-        return;
-    }
-    let server = Server::echo();
-    for (backend, want) in [("", "sockmap"), ("    option splice-auto\n", "splice")] {
-        let port = free_port();
-        let cfg = simple_config(port, &[server.addr], backend);
-        let shunt = Shunt::start(&cfg, &["--forward-mode", "auto"]);
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        for i in 0..3u8 {
-            let mut c = connect(addr);
-            let msg = [i; 5000];
-            c.write_all(&msg).expect("write");
-            let mut back = [0u8; 5000];
-            c.read_exact(&mut back).expect("echo");
-            assert_eq!(back, msg);
-        }
-        assert_mode(&shunt.sock(), want);
-    }
 }

@@ -258,9 +258,14 @@ fn load_bpf(config: &Config, mode: ForwardMode, reloading: bool) -> Result<Strin
         pins.as_ref(),
     ) {
         BpfStatus::Loaded => {
+            let how = if mode == ForwardMode::Sockmap {
+                "forwarding with sockmap"
+            } else {
+                "flows that show they pay go to sockmap (auto)"
+            };
             tracing::info!(
                 max_inflight = crate::handoff::sockmap::max_inflight(),
-                "BPF loaded: stream verdict attached to the SOCKHASH; forwarding with sockmap"
+                "BPF loaded: stream verdict attached to the SOCKHASH; {how}"
             );
             Ok("loaded".to_string())
         }
@@ -268,7 +273,9 @@ fn load_bpf(config: &Config, mode: ForwardMode, reloading: bool) -> Result<Strin
             Err(DaemonError::BpfRequired(reason))
         }
         BpfStatus::Unavailable(reason) => {
-            tracing::warn!("BPF unavailable ({reason}); forwarding with splice");
+            tracing::warn!(
+                "BPF unavailable ({reason}); forwarding with splice (copy for small reads)"
+            );
             Ok(format!("unavailable ({reason})"))
         }
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 use crate::config::{Backend, ForwardMode, Frontend, UseBackend};
-use crate::handoff::{self, End, FlowTimeouts, Meter, Mode};
+use crate::handoff::{self, End, FlowTimeouts, Meter, Mode, Plan, Promote};
 use crate::lb::AcquireError;
 use crate::log::format::{Cause, Phase as LogPhase};
 use crate::log::FlowGuard;
@@ -45,6 +45,9 @@ struct FlowMeter<'a> {
     be: &'a Counters,
     srv: &'a Counters,
     route: handoff::FlowRoute,
+    /// The flow's registry entry (`show sess`) and the process's mode counters.
+    flow: u64,
+    modes: &'a crate::stats::ModeCounters,
 }
 
 impl Meter for FlowMeter<'_> {
@@ -60,6 +63,10 @@ impl Meter for FlowMeter<'_> {
     }
     fn route(&self) -> Option<handoff::FlowRoute> {
         Some(self.route)
+    }
+    fn promoted(&self) {
+        self.modes.promote();
+        flows::promoted(self.flow);
     }
 }
 
@@ -149,18 +156,27 @@ async fn peek_sni(client: &TcpStream, delay: Option<Duration>) -> Option<String>
     }
 }
 
-/// The forwarding mode for a flow, from the global mode and the proxies'
-/// options: `auto` hands flows to the kernel when the BPF program loaded,
-/// except where `option splice-*` on the frontend or backend asks for splice.
-/// A forced `sockmap` was checked at start-up (BPF loaded).
-fn choose_mode(state: &Runtime, fe: &Frontend, be: &Backend) -> Mode {
+/// How a flow is forwarded, from the global mode and the proxies' options:
+/// `auto` starts in userspace (copy, splice for bulk) and, when the BPF
+/// program loaded, promotes the flows that show they pay for the kernel
+/// path (`handoff::promote`), except where `option splice-*` on the frontend
+/// or backend asks for splice. A forced `sockmap` was checked at start-up
+/// (BPF loaded).
+fn choose_plan(state: &Runtime, fe: &Frontend, be: &Backend) -> Plan {
     match state.facts.forward_mode() {
-        ForwardMode::Copy => Mode::Copy,
-        ForwardMode::Splice => Mode::Splice,
-        ForwardMode::Sockmap => Mode::Sockmap,
-        ForwardMode::Auto if fe.splice.any() || be.splice.any() => Mode::Splice,
-        ForwardMode::Auto if crate::handoff::sockmap::kernel().is_some() => Mode::Sockmap,
-        ForwardMode::Auto => Mode::Splice,
+        ForwardMode::Copy => Plan::Fixed(Mode::Copy),
+        ForwardMode::Splice => Plan::Fixed(Mode::Splice),
+        ForwardMode::Sockmap => Plan::Fixed(Mode::Sockmap),
+        ForwardMode::Auto if fe.splice.any() || be.splice.any() => Plan::Fixed(Mode::Splice),
+        ForwardMode::Auto => Plan::Auto(crate::handoff::sockmap::kernel().map(|_| {
+            Promote {
+                bytes: state
+                    .config
+                    .global
+                    .sockmap_promote_bytes
+                    .unwrap_or(crate::handoff::promote::DEFAULT_PROMOTE_BYTES),
+            }
+        })),
     }
 }
 
@@ -413,21 +429,23 @@ pub async fn run(
             be: be_idx,
             srv: srv_idx,
         },
+        flow,
+        modes: &state.stats.modes,
     };
-    let mode = choose_mode(&state, fe, be);
+    let plan = choose_plan(&state, fe, be);
     let server_addr = server.peer_addr().ok();
     let fd_server = std::os::fd::AsRawFd::as_raw_fd(&server);
     flows::update(flow, |f| {
         f.srv = Some(srv_idx);
         f.server = server_addr;
         f.fd_server = fd_server;
-        f.mode = Some(mode.name());
+        f.mode = Some(plan.name());
     });
     let out = handoff::forward(
         client,
         server,
         Vec::new(),
-        mode,
+        plan,
         flow_timeouts(fe, be),
         &meter,
     )

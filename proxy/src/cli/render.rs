@@ -902,6 +902,7 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
     for (i, (name, value)) in [
         ("SockmapEofCatchups", k.eof_catchups),
         ("SockmapTrimPassed", k.trim_passed),
+        ("PromotedFlows", st.stats.modes.promoted()),
     ]
     .into_iter()
     .enumerate()
@@ -1147,7 +1148,9 @@ pub fn human_time(secs: u64) -> String {
 
 /// One `show sess` line for a flow, in HAProxy 2.6's short format (stream fields a
 /// tcp flow does not have are left at HAProxy's idle values) plus ` fwd=MODE`
-/// (`sockmap`, `splice`, `copy`; `-` before forwarding starts).
+/// (`sockmap`, `splice`, `copy`, `auto` while `auto` forwards it in userspace; `-`
+/// before forwarding starts), and ` promoted=AGE` once `auto` moved it to the kernel
+/// (its age then, in milliseconds).
 pub fn sess_line(ctx: &Ctx, v: &crate::stats::flows::FlowView, out: &mut Vec<u8>) {
     let cfg = &ctx.state.config;
     let fe = cfg
@@ -1165,13 +1168,16 @@ pub fn sess_line(ctx: &Ctx, v: &crate::stats::flows::FlowView, out: &mut Vec<u8>
         "0x{:x}: proto={proto} src={} fe={fe} be={be} srv={srv} ts=00 epoch=0 age={} \
          calls=0 rate=0 cpu=0 lat=0 rq[f=0h,i=0,an=00h,rx=,wx=,ax=] \
          rp[f=0h,i=0,an=00h,rx=,wx=,ax=] scf=[8,0h,fd={}] scb=[8,1h,fd={}] exp= rc=0 \
-         c_exp= fwd={}\n",
+         c_exp= fwd={}{}\n",
         v.id,
         v.client,
         human_time(v.age_secs),
         v.fd_client,
         v.fd_server,
         v.mode.unwrap_or("-"),
+        v.promoted
+            .map(|d| format!(" promoted={}ms", d.as_millis()))
+            .unwrap_or_default(),
     );
     out.extend_from_slice(line.as_bytes());
 }

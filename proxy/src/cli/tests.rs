@@ -621,6 +621,7 @@ fn show_info_has_haproxy_keys_in_order_then_shunt_fields() {
             "warm_purged",
             "SockmapEofCatchups",
             "SockmapTrimPassed",
+            "PromotedFlows",
         ]
     );
     let get = |k: &str| kv.iter().find(|(kk, _)| kk == k).unwrap().1.clone();

@@ -168,6 +168,9 @@ pub struct Global {
     /// `tune.sockmap.max-inflight`: bytes one direction of a kernel-forwarded
     /// flow may hold in the kernel before it is paused; `None` = default (8 MiB).
     pub sockmap_max_inflight: Option<usize>,
+    /// `tune.sockmap.promote-bytes`: bytes a bulk flow moves in userspace
+    /// before `auto` promotes it to the kernel; `None` = default (1 MiB).
+    pub sockmap_promote_bytes: Option<u64>,
     /// `maxpipes`; default maxconn / 4 as HAProxy.
     pub maxpipes: usize,
     /// `tune.runqueue-depth`; `None` means HAProxy's default for the thread count.
@@ -235,6 +238,7 @@ impl Default for Global {
             forward_mode: ForwardMode::Auto,
             pipesize: None,
             sockmap_max_inflight: None,
+            sockmap_promote_bytes: None,
             maxpipes: DEFAULT_MAXCONN / 4,
             runqueue_depth: None,
             sched_low_latency: false,

@@ -4,6 +4,7 @@
 //! partial writes resume where they stopped; the peer gets SHUT_WR only
 //! after every byte read before EOF has been written.
 
+use std::cell::RefCell;
 use std::io;
 use std::os::fd::AsFd;
 
@@ -47,37 +48,167 @@ pub fn propagate_eof(flow: &Flow<'_>, dir: Dir, to: &TcpStream) -> Result<(), Di
     Ok(())
 }
 
-/// Copies `from` -> `to` until EOF (propagated) or an error.
+/// How a copy loop ended without error.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// EOF read, every byte written, SHUT_WR sent.
+    Eof,
+    /// A read filled the whole buffer (bulk) and the caller asked to hear
+    /// of it: it may go on with splice. Nothing is held.
+    Bulk,
+}
+
+/// What a read that must empty the receive queue asks for beyond what the
+/// queue holds, for bytes arriving meanwhile.
+const DRY_SLACK: usize = 64 * 1024;
+/// Largest such read: above the kernel's largest receive buffer
+/// (`tcp_rmem` max, 6 MiB by default), so one read always can.
+const DRY_MAX: usize = 32 << 20;
+
+/// One read of everything `from` holds (and write of it), so that the
+/// receive queue is empty afterwards and a promotion can proceed (see
+/// `Flow::must_park`): a read asked for more than the queue holds takes
+/// every queued segment whole. The buffer is transient. True at EOF (then
+/// propagated).
+pub async fn read_dry(
+    flow: &Flow<'_>,
+    dir: Dir,
+    from: &TcpStream,
+    to: &TcpStream,
+) -> Result<bool, DirError> {
+    let queued = sock::inq(from.as_fd()).map_err(|e| DirError::new(dir.from, e))?;
+    let want = (queued + DRY_SLACK).min(DRY_MAX);
+    let mut buf = vec![0u8; want];
+    match from.try_read(&mut buf) {
+        Ok(0) => {
+            flow.shut(dir.from);
+            propagate_eof(flow, dir, to)?;
+            Ok(true)
+        }
+        Ok(n) => {
+            flow.read(dir.from, n, n < want);
+            buf.truncate(n);
+            write_all(flow, dir, to, &buf).await?;
+            Ok(false)
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            flow.drained(dir.from);
+            Ok(false)
+        }
+        Err(e) => Err(DirError::new(dir.from, e)),
+    }
+}
+
+/// Free copy buffers a worker keeps for its flows' next reads.
+const CACHED_BUFS: usize = 16;
+
+thread_local! {
+    /// Each worker's free copy buffers: a direction holds one only from a
+    /// readable socket to the read that would block, so an idle flow holds
+    /// none (HAProxy's buffers, taken when bytes move).
+    static BUFS: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A copy buffer borrowed from the worker's cache; given back on drop.
+struct Buf(Option<Box<[u8]>>);
+
+impl Buf {
+    fn take() -> Self {
+        let cached = BUFS.try_with(|b| b.borrow_mut().pop()).ok().flatten();
+        Buf(Some(cached.unwrap_or_else(|| {
+            vec![0u8; COPY_BUF_SIZE].into_boxed_slice()
+        })))
+    }
+}
+
+impl std::ops::Deref for Buf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.0.as_deref().unwrap_or_default()
+    }
+}
+
+impl std::ops::DerefMut for Buf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.0.as_deref_mut().unwrap_or_default()
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        if let Some(b) = self.0.take() {
+            // At thread exit the cache may be gone; the buffer is freed then.
+            let _ = BUFS.try_with(|c| {
+                let mut c = c.borrow_mut();
+                if c.len() < CACHED_BUFS {
+                    c.push(b);
+                }
+            });
+        }
+    }
+}
+
+/// Copies `from` -> `to` until EOF (propagated) or an error; with `bulk`,
+/// returns [`Exit::Bulk`] after a read that filled the buffer. Parks,
+/// holding nothing, while a promotion is asked for.
 pub async fn run(
     flow: &Flow<'_>,
     dir: Dir,
     from: &TcpStream,
     to: &TcpStream,
-) -> Result<(), DirError> {
-    let mut buf = vec![0u8; COPY_BUF_SIZE];
+    bulk: bool,
+) -> Result<Exit, DirError> {
     let mut burst = 0usize;
     loop {
-        match from.try_read(&mut buf) {
-            Ok(0) => {
-                flow.shut(dir.from);
-                return propagate_eof(flow, dir, to);
+        if flow.must_park(dir.from) {
+            flow.park(dir.from).await;
+            continue;
+        }
+        // Wait for bytes holding no buffer.
+        flow.set_waiting(dir.from, true);
+        let ready = from.readable().await;
+        flow.set_waiting(dir.from, false);
+        ready.map_err(|e| DirError::new(dir.from, e))?;
+        let mut buf = Buf::take();
+        loop {
+            if flow.must_park(dir.from) {
+                break;
             }
-            Ok(n) => {
-                flow.touch(dir.from);
-                write_all(flow, dir, to, &buf[..n]).await?;
-                burst += n;
-                if burst >= BURST_BYTES {
-                    burst = 0;
-                    crate::scheduler::yield_now().await;
+            if flow.parking() {
+                // Not dry: read the whole queue at once (see `read_dry`).
+                drop(buf);
+                if read_dry(flow, dir, from, to).await? {
+                    return Ok(Exit::Eof);
                 }
+                break;
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                burst = 0;
-                from.readable()
-                    .await
-                    .map_err(|e| DirError::new(dir.from, e))?;
+            match from.try_read(&mut buf) {
+                Ok(0) => {
+                    flow.shut(dir.from);
+                    propagate_eof(flow, dir, to)?;
+                    return Ok(Exit::Eof);
+                }
+                Ok(n) => {
+                    flow.read(dir.from, n, n < buf.len());
+                    write_all(flow, dir, to, &buf[..n]).await?;
+                    if bulk && n == buf.len() {
+                        return Ok(Exit::Bulk);
+                    }
+                    burst += n;
+                    if burst >= BURST_BYTES {
+                        burst = 0;
+                        drop(buf);
+                        crate::scheduler::yield_now().await;
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    flow.drained(dir.from);
+                    burst = 0;
+                    break;
+                }
+                Err(e) => return Err(DirError::new(dir.from, e)),
             }
-            Err(e) => return Err(DirError::new(dir.from, e)),
         }
     }
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::promote::{Promote, Watch, MAX_PROMOTE_ATTEMPTS, PARK_LIMIT};
 use super::{End, FlowTimeouts, Meter};
 
 /// Which socket of the flow.
@@ -75,6 +76,53 @@ impl DirError {
     }
 }
 
+/// One source side's part in a promotion.
+#[derive(Debug)]
+struct SideState {
+    /// Its last read emptied the receive queue (or nothing was read yet):
+    /// every queued segment starts at or after the next byte to read.
+    dry: Cell<bool>,
+    /// Its direction holds no byte and waits (for bytes, or parked), so
+    /// dropping the direction's future loses nothing.
+    waiting: Cell<bool>,
+}
+
+/// `auto`'s promotion state of one flow.
+#[derive(Debug)]
+struct Promotion {
+    watch: Option<Watch>,
+    watching: Cell<bool>,
+    /// Since when a promotion is asked for: the directions park once dry.
+    parking: Cell<Option<Instant>>,
+    attempts: Cell<u32>,
+    client: SideState,
+    server: SideState,
+}
+
+impl Promotion {
+    fn new(promote: Option<Promote>) -> Self {
+        let side = || SideState {
+            dry: Cell::new(true),
+            waiting: Cell::new(false),
+        };
+        Self {
+            watching: Cell::new(promote.is_some()),
+            watch: promote.map(Watch::new),
+            parking: Cell::new(None),
+            attempts: Cell::new(0),
+            client: side(),
+            server: side(),
+        }
+    }
+
+    fn side(&self, side: Side) -> &SideState {
+        match side {
+            Side::Client => &self.client,
+            Side::Server => &self.server,
+        }
+    }
+}
+
 pub struct Flow<'m> {
     meter: &'m dyn Meter,
     to_server: Cell<u64>,
@@ -85,12 +133,26 @@ pub struct Flow<'m> {
     server_half: Cell<bool>,
     /// Set when a splice direction switched to copying mid-flow.
     pub fell_back: Cell<bool>,
+    /// Set once a splice write moved bytes.
+    pub spliced: Cell<bool>,
     /// Signalled when a half-close may have shortened a timeout.
     pub shut_changed: Notify,
+    /// `auto`'s promotion state (see `handoff`'s "Promotion").
+    promo: Promotion,
+    /// Signalled when a promotion is asked for and when a direction may have
+    /// become parkable while parking.
+    pub quiesced: Notify,
+    /// Woken when a promotion is called off: parked directions go on.
+    resumed: Notify,
 }
 
 impl<'m> Flow<'m> {
     pub fn new(meter: &'m dyn Meter) -> Self {
+        Self::watched(meter, None)
+    }
+
+    /// A flow that `auto` may promote by `promote`'s rules.
+    pub fn watched(meter: &'m dyn Meter, promote: Option<Promote>) -> Self {
         let now = Instant::now();
         Self {
             meter,
@@ -101,8 +163,126 @@ impl<'m> Flow<'m> {
             client_half: Cell::new(false),
             server_half: Cell::new(false),
             fell_back: Cell::new(false),
+            spliced: Cell::new(false),
             shut_changed: Notify::new(),
+            promo: Promotion::new(promote),
+            quiesced: Notify::new(),
+            resumed: Notify::new(),
         }
+    }
+
+    /// `n` bytes were read from `side` in userspace: touch it, and weigh the
+    /// read as evidence for a promotion. `dry`: the read took less than it
+    /// asked for, so the socket's receive queue was empty after it.
+    pub fn read(&self, side: Side, n: usize, dry: bool) {
+        self.touch(side);
+        let p = &self.promo;
+        p.side(side).dry.set(dry);
+        let Some(w) = p.watch.as_ref().filter(|_| p.watching.get()) else {
+            return;
+        };
+        if w.read(n) && !self.client_half.get() && !self.server_half.get() {
+            p.watching.set(false);
+            p.parking.set(Some(Instant::now()));
+            // The driver must learn the park deadline.
+            tracing::debug!(?side, "promotion asked for");
+            self.quiesced.notify_one();
+        }
+    }
+
+    /// A read from `side` would block: its receive queue is empty.
+    pub fn drained(&self, side: Side) {
+        self.promo.side(side).dry.set(true);
+    }
+
+    /// A promotion is asked for.
+    pub fn parking(&self) -> bool {
+        self.promo.parking.get().is_some()
+    }
+
+    /// The direction reading `from` must stop reading and park: a promotion
+    /// is asked for and its last read emptied the receive queue. A read that
+    /// filled its buffer may have ended inside a queued segment, and the
+    /// kernel hands the verdict whole segments (`tcp_read_skb`): bytes
+    /// userspace already read would be forwarded twice. So a direction that
+    /// is not dry goes on reading until it is.
+    pub fn must_park(&self, from: Side) -> bool {
+        self.parking() && self.promo.side(from).dry.get()
+    }
+
+    /// Both directions hold nothing, are dry and wait: the flow can be
+    /// promoted.
+    pub fn quiescent(&self) -> bool {
+        let p = &self.promo;
+        self.parking()
+            && [&p.client, &p.server]
+                .iter()
+                .all(|s| s.waiting.get() && s.dry.get())
+    }
+
+    /// When the promotion asked for is given up if the directions have not
+    /// become quiescent.
+    pub fn park_deadline(&self) -> Option<Instant> {
+        self.promo.parking.get().map(|t| t + PARK_LIMIT)
+    }
+
+    /// Call a promotion off: parked directions go on. With `retry` (it did
+    /// not become quiescent in time) the flow is watched again from scratch,
+    /// a bounded number of times; otherwise (a side half-closed, or the
+    /// kernel refused the pair) never again.
+    pub fn call_off(&self, retry: bool) {
+        let p = &self.promo;
+        let again = retry && p.attempts.get() < MAX_PROMOTE_ATTEMPTS;
+        p.attempts.set(p.attempts.get() + 1);
+        if again {
+            if let Some(w) = &p.watch {
+                w.reset();
+            }
+        }
+        p.watching.set(again);
+        if p.parking.take().is_some() {
+            self.resumed.notify_waiters();
+        }
+    }
+
+    /// The promotion goes ahead (the directions' futures are gone): nothing
+    /// parks or is watched any more.
+    pub fn promoting(&self) {
+        let p = &self.promo;
+        p.watching.set(false);
+        p.parking.set(None);
+        p.client.waiting.set(false);
+        p.server.waiting.set(false);
+    }
+
+    /// The direction reading `from` holds no byte and is about to wait
+    /// (`true`), or goes on (`false`).
+    pub fn set_waiting(&self, from: Side, waiting: bool) {
+        self.promo.side(from).waiting.set(waiting);
+        if waiting && self.parking() {
+            self.quiesced.notify_one();
+        }
+    }
+
+    /// Park the direction reading `from` (it holds no byte and is dry) until
+    /// the promotion is called off; if it goes ahead, this future is dropped.
+    pub async fn park(&self, from: Side) {
+        self.set_waiting(from, true);
+        while self.parking() {
+            let resumed = self.resumed.notified();
+            tokio::pin!(resumed);
+            resumed.as_mut().enable();
+            if !self.parking() {
+                break;
+            }
+            resumed.await;
+        }
+        self.set_waiting(from, false);
+    }
+
+    /// `side`'s socket was shut in either direction.
+    pub fn half(&self, side: Side) -> bool {
+        self.half_cell(side).get()
     }
 
     fn seen_cell(&self, side: Side) -> &Cell<Instant> {

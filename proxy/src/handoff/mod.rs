@@ -1,8 +1,10 @@
 //! Forwarding of an established flow (client <-> server) behind one seam.
 //!
 //! Owns: moving bytes both ways until both directions are finished, in copy
-//! mode (userspace buffers) or splice mode (per-direction pipes from the
-//! bounded process-wide pool, falling back to copy), half-close
+//! mode (userspace buffers from a per-worker cache), splice mode
+//! (per-direction pipes from the bounded process-wide pool, held only while
+//! bytes move, falling back to copy), sockmap mode (`sockmap`), and `auto`'s
+//! promotion of a flow from userspace to the kernel (`promote`), half-close
 //! propagation, reset propagation, HAProxy-style inactivity timeouts and
 //! live byte accounting through `Meter`.
 //! Must not: spawn tasks (`forward` is one future driving both directions;
@@ -10,12 +12,13 @@
 //! or touch a socket after the future is dropped (dropping it closes both).
 //! Invariants: no byte lost, duplicated or reordered; `pending` reaches the
 //! server before any byte read from the client here; a side's EOF becomes
-//! SHUT_WR on the peer only after all that side's bytes were written.
-//! A sockmap mode will be added later behind this same seam.
+//! SHUT_WR on the peer only after all that side's bytes were written; an
+//! idle direction holds no buffer and no pipe.
 
 mod copy;
 mod flow;
 mod pool;
+pub mod promote;
 pub mod sockmap;
 mod splice;
 #[cfg(test)]
@@ -34,6 +37,7 @@ use pool::{Lease, PipePool, DEFAULT_MAX_PIPES};
 
 pub use copy::COPY_BUF_SIZE;
 pub use pool::{MAX_PIPE_SIZE, MIN_PIPE_SIZE};
+pub use promote::Promote;
 
 /// A direction yields to the scheduler after moving this many bytes without
 /// waiting, so one bulk direction cannot starve its twin, the timeout or
@@ -72,6 +76,29 @@ impl Mode {
     }
 }
 
+/// How a flow is to be forwarded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// One mode for the whole flow (a forced `forward-mode`, or `auto` where
+    /// a proxy asks for splice). Splice takes a pipe only while bytes move
+    /// and copies when the pool has none.
+    Fixed(Mode),
+    /// `forward-mode auto`: copy, each direction going on with splice from
+    /// its first read that fills the copy buffer; with `Some`, promoted to
+    /// the kernel once the flow shows it pays (see `promote`).
+    Auto(Option<Promote>),
+}
+
+impl Plan {
+    /// The plan's name in `show sess` until the flow is promoted.
+    pub fn name(self) -> &'static str {
+        match self {
+            Plan::Fixed(m) => m.name(),
+            Plan::Auto(_) => "auto",
+        }
+    }
+}
+
 /// Inactivity timeouts (HAProxy `timeout client|server|tunnel|client-fin|
 /// server-fin`, TCP mode). `None` = not set (infinite).
 #[derive(Clone, Copy, Debug, Default)]
@@ -92,6 +119,8 @@ pub trait Meter {
     fn route(&self) -> Option<FlowRoute> {
         None
     }
+    /// `auto` moved the flow to the kernel (its pair is in the SOCKHASH).
+    fn promoted(&self) {}
 }
 
 /// Indexes of the proxies a flow is counted in (this process's configuration).
@@ -160,6 +189,8 @@ pub struct Outcome {
     /// The flow was handed to a successor process (a reload) and goes on
     /// there: this process must neither log nor count its end.
     pub handed_over: bool,
+    /// `auto` moved the flow to the kernel this long after forwarding began.
+    pub promoted: Option<std::time::Duration>,
 }
 
 static PIPES: PipePool = PipePool::new(None, DEFAULT_MAX_PIPES);
@@ -188,20 +219,32 @@ pub async fn forward(
     client: TcpStream,
     server: TcpStream,
     pending: Vec<u8>,
-    mode: Mode,
+    plan: Plan,
     timeouts: FlowTimeouts,
     meter: &dyn Meter,
 ) -> Outcome {
-    forward_in(&PIPES, client, server, pending, mode, timeouts, meter).await
+    forward_in(&PIPES, client, server, pending, plan, timeouts, meter).await
 }
 
 /// `forward` with an explicit pipe pool (tests use private pools).
+///
+/// # Promotion
+/// In `Plan::Auto` with a promotion policy, the flow starts in userspace and
+/// its reads are weighed (`Flow::read`). When they tip the balance the flow
+/// asks its directions to park: each stops reading, writes out what it holds
+/// (copy buffer or pipe, with the cork pushed) and waits holding nothing.
+/// Once both are parked or waiting for bytes with nothing held, their
+/// futures are dropped, and the pair is inserted exactly as a new flow's
+/// (`sockmap`'s "Race window"): every byte userspace read is in the peer's
+/// send queue, every byte it did not read is still in its socket's receive
+/// queue, where the verdict meets it. A pair the kernel refuses goes on in
+/// userspace, never watched again.
 pub(crate) async fn forward_in(
     pool: &PipePool,
     client: TcpStream,
     server: TcpStream,
     pending: Vec<u8>,
-    mode: Mode,
+    plan: Plan,
     timeouts: FlowTimeouts,
     meter: &dyn Meter,
 ) -> Outcome {
@@ -210,60 +253,92 @@ pub(crate) async fn forward_in(
             tracing::debug!(error = %e, "TCP_NODELAY at flow start failed");
         }
     }
-    let flow = Flow::new(meter);
+    let (mut mode, promote) = match plan {
+        Plan::Fixed(m) => (m, None),
+        Plan::Auto(p) => (Mode::Copy, p),
+    };
+    let auto = matches!(plan, Plan::Auto(_));
+    let flow = Flow::watched(meter, promote);
+    let started = tokio::time::Instant::now();
     let mut pending = pending;
-    let mut mode = mode;
-    if mode == Mode::Sockmap {
-        match forward_kernel(
-            &flow,
-            &client,
-            &server,
-            std::mem::take(&mut pending),
-            timeouts,
-            meter.route(),
-        )
-        .await
-        {
-            Ok(KernelEnd::Ended(end)) => {
-                return finish(&flow, &client, &server, Mode::Sockmap, end)
+    let mut promoted = None;
+    loop {
+        if mode == Mode::Sockmap {
+            let pending = std::mem::take(&mut pending);
+            let (ins, st) = match insert_kernel(&flow, &client, &server, pending).await {
+                Ok(i) => i,
+                Err(KernelFallback::Splice(why)) => {
+                    tracing::debug!(reason = %why, "flow not eligible for sockmap; forwarding in userspace");
+                    flow.call_off(false);
+                    mode = if auto { Mode::Copy } else { Mode::Splice };
+                    promoted = None;
+                    continue;
+                }
+                Err(KernelFallback::Failed(end)) => {
+                    return finish(&flow, &client, &server, Mode::Sockmap, end, promoted)
+                }
+            };
+            if promoted.is_some() {
+                meter.promoted();
             }
-            Ok(KernelEnd::HandedOver) => return handed_over(&flow),
-            Err(KernelFallback::Splice(why)) => {
-                tracing::debug!(reason = %why, "flow not eligible for sockmap; splicing");
-                mode = Mode::Splice;
+            let route = meter.route();
+            return match run_kernel(&flow, &client, &server, ins, st, timeouts, (0, 0), route).await
+            {
+                KernelEnd::Ended(end) => {
+                    finish(&flow, &client, &server, Mode::Sockmap, end, promoted)
+                }
+                KernelEnd::HandedOver => handed_over(&flow),
+            };
+        }
+        let splice = mode == Mode::Splice;
+        let driven = {
+            let pending = std::mem::take(&mut pending);
+            let c2s = direction(
+                &flow,
+                CLIENT_TO_SERVER,
+                &client,
+                &server,
+                pending,
+                pool,
+                splice,
+                auto,
+            );
+            let s2c = direction(
+                &flow,
+                SERVER_TO_CLIENT,
+                &server,
+                &client,
+                Vec::new(),
+                pool,
+                splice,
+                auto,
+            );
+            drive(&flow, &timeouts, c2s, s2c, &|| {}).await
+            // Both directions' futures are dropped here: on a promotion each
+            // holds nothing (parked, or waiting for bytes).
+        };
+        match driven {
+            Driven::End(end) => {
+                let used = match (auto, splice) {
+                    _ if flow.fell_back.get() => Mode::Copy,
+                    (true, _) if flow.spliced.get() => Mode::Splice,
+                    (true, _) | (false, false) => Mode::Copy,
+                    (false, true) => Mode::Splice,
+                };
+                return finish(&flow, &client, &server, used, end, None);
             }
-            Err(KernelFallback::Failed(end)) => {
-                return finish(&flow, &client, &server, Mode::Sockmap, end)
+            Driven::Quiescent => {
+                flow.promoting();
+                promoted = Some(started.elapsed());
+                mode = Mode::Sockmap;
             }
         }
     }
-    let pipes = match mode {
-        Mode::Splice => pool.acquire_pair(),
-        Mode::Copy | Mode::Sockmap => None,
-    };
-    let mut used = if pipes.is_some() {
-        Mode::Splice
-    } else {
-        Mode::Copy
-    };
-    let (up, down) = match pipes {
-        Some((a, b)) => (Some(Lease::new(pool, a)), Some(Lease::new(pool, b))),
-        None => (None, None),
-    };
-    let end = {
-        let c2s = direction(&flow, CLIENT_TO_SERVER, &client, &server, pending, up);
-        let s2c = direction(&flow, SERVER_TO_CLIENT, &server, &client, Vec::new(), down);
-        drive(&flow, &timeouts, c2s, s2c, &|| {}).await
-    };
-    if flow.fell_back.get() {
-        used = Mode::Copy;
-    }
-    finish(&flow, &client, &server, used, end)
 }
 
-/// Why `forward_kernel` did not run the flow to its end.
+/// Why `insert_kernel` did not insert the pair.
 enum KernelFallback {
-    /// Not inserted, nothing changed: forward with splice instead.
+    /// Not inserted, nothing changed: forward in userspace instead.
     Splice(String),
     /// The flow ended (or must end) before or during insertion.
     Failed(End),
@@ -276,20 +351,18 @@ enum KernelEnd {
     HandedOver,
 }
 
-/// Sockmap mode: flush `pending`, insert the pair, watch both directions,
-/// remove the pair. See `sockmap`'s "Race window".
-async fn forward_kernel(
+/// Sockmap mode: flush `pending` and insert the pair (see `sockmap`'s "Race
+/// window"); `run_kernel` then watches both directions.
+async fn insert_kernel(
     flow: &Flow<'_>,
     client: &TcpStream,
     server: &TcpStream,
     pending: Vec<u8>,
-    timeouts: FlowTimeouts,
-    route: Option<FlowRoute>,
-) -> Result<KernelEnd, KernelFallback> {
+) -> Result<(sockmap::Inserted, [sockmap::DirState; 2]), KernelFallback> {
     if let Err(e) = copy::write_all(flow, CLIENT_TO_SERVER, server, &pending).await {
         return Err(KernelFallback::Failed(e.into_end()));
     }
-    let ins = match sockmap::insert(client, server) {
+    let ins = match sockmap::insert(client, server, [flow.to_server(), flow.to_client()]) {
         Ok(i) => i,
         Err(sockmap::NotEligible::Fallback(why)) => return Err(KernelFallback::Splice(why)),
         Err(sockmap::NotEligible::Abort(e)) => {
@@ -300,7 +373,7 @@ async fn forward_kernel(
         sockmap::DirState::new(&ins, CLIENT_TO_SERVER),
         sockmap::DirState::new(&ins, SERVER_TO_CLIENT),
     ];
-    Ok(run_kernel(flow, client, server, ins, st, timeouts, (0, 0), route).await)
+    Ok((ins, st))
 }
 
 /// Watch an inserted pair until it ends, or until a reload asks for it
@@ -326,7 +399,13 @@ async fn run_kernel(
             let c2s = sockmap::run(flow, &ins, CLIENT_TO_SERVER, client, server, &st[0]);
             let s2c = sockmap::run(flow, &ins, SERVER_TO_CLIENT, server, client, &st[1]);
             let refresh = || ins.account_all(flow);
-            let driven = drive(flow, &timeouts, c2s, s2c, &refresh);
+            let driven = async {
+                match drive(flow, &timeouts, c2s, s2c, &refresh).await {
+                    Driven::End(end) => end,
+                    // Never asked for here: the flow is already in the kernel.
+                    Driven::Quiescent => End::Done,
+                }
+            };
             tokio::select! {
                 end = driven => Err(end),
                 () = member.requested() => Ok(()),
@@ -388,11 +467,18 @@ pub async fn resume(
     meter: &dyn Meter,
 ) -> Outcome {
     let flow = Flow::new(meter);
-    let ins = match sockmap::Inserted::adopt(&client, &server, &handed) {
+    let ins = match sockmap::Inserted::adopt(&client, &server, &handed, prior) {
         Ok(i) => i,
         Err(e) => {
             tracing::warn!(error = %e, "cannot adopt a kernel flow: closing it");
-            let mut out = finish(&flow, &client, &server, Mode::Sockmap, End::internal(e));
+            let mut out = finish(
+                &flow,
+                &client,
+                &server,
+                Mode::Sockmap,
+                End::internal(e),
+                None,
+            );
             out.to_server += prior.0;
             out.to_client += prior.1;
             return out;
@@ -406,7 +492,7 @@ pub async fn resume(
     let route = meter.route();
     let end = run_kernel(&flow, &client, &server, ins, st, timeouts, prior, route).await;
     let mut out = match end {
-        KernelEnd::Ended(end) => finish(&flow, &client, &server, Mode::Sockmap, end),
+        KernelEnd::Ended(end) => finish(&flow, &client, &server, Mode::Sockmap, end, None),
         KernelEnd::HandedOver => handed_over(&flow),
     };
     out.to_server += prior.0;
@@ -422,6 +508,7 @@ fn handed_over(flow: &Flow<'_>) -> Outcome {
         mode: Mode::Sockmap,
         end: End::Done,
         handed_over: true,
+        promoted: None,
     }
 }
 
@@ -432,6 +519,7 @@ fn finish(
     server: &TcpStream,
     used: Mode,
     end: End,
+    promoted: Option<std::time::Duration>,
 ) -> Outcome {
     // One side reset: reset the other too (SO_LINGER {on,0}, then the drop
     // below closes it with RST).
@@ -451,33 +539,59 @@ fn finish(
         mode: used,
         end,
         handed_over: false,
+        promoted,
     }
 }
 
-/// One direction: flush `initial`, then splice (when leased a pipe) or copy.
+/// One direction: flush `initial`, then splice (with `splice`) or copy; with
+/// `upgrade`, a copy that reads a full buffer goes on with splice. A
+/// direction whose splice falls back copies to its end.
+#[allow(clippy::too_many_arguments)]
 async fn direction(
     flow: &Flow<'_>,
     dir: Dir,
     from: &TcpStream,
     to: &TcpStream,
     initial: Vec<u8>,
-    lease: Option<Lease<'_>>,
+    pool: &PipePool,
+    splice: bool,
+    upgrade: bool,
 ) -> Result<(), DirError> {
     copy::write_all(flow, dir, to, &initial).await?;
     drop(initial);
-    if let Some(mut lease) = lease {
-        match splice::run(flow, dir, from, to, &mut lease).await? {
-            splice::Exit::Done => return Ok(()),
-            splice::Exit::Fallback => {
-                flow.fell_back.set(true);
-                let rest = splice::drain(&mut lease).map_err(|e| DirError::new(dir.to, e))?;
-                // The pipe is empty now: give it back before copying.
-                drop(lease);
-                copy::write_all(flow, dir, to, &rest).await?;
+    let mut lease = splice.then(|| Lease::lazy(pool));
+    loop {
+        if let Some(l) = lease.as_mut() {
+            match splice::run(flow, dir, from, to, l).await? {
+                splice::Exit::Done => return Ok(()),
+                splice::Exit::ReadDry => {
+                    if copy::read_dry(flow, dir, from, to).await? {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                splice::Exit::Fallback => {
+                    flow.fell_back.set(true);
+                    let rest = splice::drain(l).map_err(|e| DirError::new(dir.to, e))?;
+                    // The pipe is empty now: give it back before copying.
+                    drop(lease.take());
+                    copy::write_all(flow, dir, to, &rest).await?;
+                }
             }
         }
+        let bulk = upgrade && !flow.fell_back.get();
+        match copy::run(flow, dir, from, to, bulk).await? {
+            copy::Exit::Eof => return Ok(()),
+            copy::Exit::Bulk => lease = Some(Lease::lazy(pool)),
+        }
     }
-    copy::run(flow, dir, from, to).await
+}
+
+/// How `drive` returned.
+enum Driven {
+    End(End),
+    /// A promotion was asked for and both directions hold nothing.
+    Quiescent,
 }
 
 /// Polls both directions and the inactivity deadline until both directions
@@ -492,18 +606,38 @@ async fn drive(
     c2s: impl Future<Output = Result<(), DirError>>,
     s2c: impl Future<Output = Result<(), DirError>>,
     refresh: &dyn Fn(),
-) -> End {
+) -> Driven {
     tokio::pin!(c2s);
     tokio::pin!(s2c);
     let (mut up_done, mut down_done) = (false, false);
     loop {
         if up_done && down_done {
-            return End::Done;
+            return Driven::End(End::Done);
+        }
+        if flow.parking() {
+            if up_done || down_done {
+                // Half-closed meanwhile: the kernel would refuse the pair.
+                flow.call_off(false);
+            } else if flow.quiescent() {
+                tracing::debug!("both directions parked: promoting the flow");
+                return Driven::Quiescent;
+            } else if flow
+                .park_deadline()
+                .is_some_and(|d| d <= tokio::time::Instant::now())
+            {
+                // A direction could not read its socket dry in time
+                // (backpressure): go on in userspace, try again later.
+                tracing::debug!("directions not parkable in time: promotion called off");
+                flow.call_off(true);
+            }
         }
         // Activity only pushes deadlines later, so sleeping until the
         // earliest one computed now and re-checking on wake is exact; a
         // half-close can bring one closer, and it wakes us to recompute.
-        let deadline = flow.deadline(t);
+        let deadline = match (flow.deadline(t), flow.park_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let sleep = async move {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d).await,
@@ -515,21 +649,24 @@ async fn drive(
                 Ok(()) => up_done = true,
                 Err(e) => {
                     tracing::debug!(error = %e, "client-to-server direction failed");
-                    return e.into_end();
+                    return Driven::End(e.into_end());
                 }
             },
             r = &mut s2c, if !down_done => match r {
                 Ok(()) => down_done = true,
                 Err(e) => {
                     tracing::debug!(error = %e, "server-to-client direction failed");
-                    return e.into_end();
+                    return Driven::End(e.into_end());
                 }
             },
             () = flow.shut_changed.notified() => {}
+            // A promotion asked for, or a direction that became parkable:
+            // recheck at the top (a spurious wake only loops once).
+            () = flow.quiesced.notified() => {}
             () = sleep => {
                 refresh();
                 if let Some(end) = flow.expired(t, tokio::time::Instant::now()) {
-                    return end;
+                    return Driven::End(end);
                 }
             }
         }

@@ -82,17 +82,9 @@ impl PipePool {
         self.lock().free.len()
     }
 
-    /// Takes two pipes (one per direction) or none.
-    pub fn acquire_pair(&self) -> Option<(Pipe, Pipe)> {
-        let mut g = self.lock();
-        let a = Self::take(&mut g)?;
-        match Self::take(&mut g) {
-            Some(b) => Some((a, b)),
-            None => {
-                Self::put(&mut g, a, true);
-                None
-            }
-        }
+    /// Takes one pipe, if the bound allows.
+    pub fn acquire(&self) -> Option<Pipe> {
+        Self::take(&mut self.lock())
     }
 
     fn take(g: &mut Inner) -> Option<Pipe> {
@@ -163,11 +155,29 @@ pub struct Lease<'p> {
 }
 
 impl<'p> Lease<'p> {
-    pub fn new(pool: &'p PipePool, pipe: Pipe) -> Self {
+    /// A lease that takes its pipe only when bytes move ([`Lease::fill`]).
+    pub fn lazy(pool: &'p PipePool) -> Self {
         Self {
             pool,
-            pipe: Some(pipe),
+            pipe: None,
             pending: 0,
+        }
+    }
+
+    /// Make sure a pipe is held; false when the pool has none to give.
+    pub fn fill(&mut self) -> bool {
+        if self.pipe.is_none() {
+            self.pipe = self.pool.acquire();
+        }
+        self.pipe.is_some()
+    }
+
+    /// Give the pipe back while it is empty (an idle direction holds none).
+    pub fn idle(&mut self) {
+        if self.pending == 0 {
+            if let Some(p) = self.pipe.take() {
+                self.pool.release(p, true);
+            }
         }
     }
 }

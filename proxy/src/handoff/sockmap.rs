@@ -217,6 +217,10 @@ pub struct Inserted {
     /// read before insertion (they never meet the verdict), or `None` for a
     /// flow adopted from another process, whose counts stayed there.
     pre_read: Option<[u64; 2]>,
+    /// Bytes userspace read from each socket (client, server) and forwarded
+    /// before insertion, exactly: none for a flow forwarded in the kernel from
+    /// its start, what `auto` forwarded before promoting it otherwise.
+    read_before: [u64; 2],
 }
 
 impl Drop for Inserted {
@@ -242,8 +246,13 @@ fn is_established(s: &TcpStream) -> bool {
 }
 
 /// Insert the pair and switch it on (see "Race window"). `pending` must have
-/// been written to the server already.
-pub fn insert(client: &TcpStream, server: &TcpStream) -> Result<Inserted, NotEligible> {
+/// been written to the server already; `read_before` is what userspace read
+/// from the client and the server and forwarded before (promotion).
+pub fn insert(
+    client: &TcpStream,
+    server: &TcpStream,
+    read_before: [u64; 2],
+) -> Result<Inserted, NotEligible> {
     let bpf = kernel().ok_or_else(|| NotEligible::Fallback("BPF not loaded".into()))?;
     if !is_established(client) || !is_established(server) {
         FALLBACKS.fetch_add(1, Ordering::Relaxed);
@@ -281,6 +290,7 @@ pub fn insert(client: &TcpStream, server: &TcpStream) -> Result<Inserted, NotEli
         seen: [Cell::new(0), Cell::new(0)],
         armed: Cell::new(true),
         pre_read: Some(pre_read),
+        read_before,
     };
     // Switch each direction on: ready, nothing passed yet, and the
     // kernel-kept bound. Then kick the socket so queued bytes meet the verdict.
@@ -515,11 +525,13 @@ pub struct Snapshot {
 impl Inserted {
     /// Continue a pair another process inserted (its entries are in the
     /// pinned maps): checks that the sockets are the ones the keys name and
-    /// that the maps hold the pair.
+    /// that the maps hold the pair. `prior` is what the earlier processes
+    /// forwarded each way.
     pub(crate) fn adopt(
         client: &TcpStream,
         server: &TcpStream,
         snap: &Snapshot,
+        prior: (u64, u64),
     ) -> Result<Inserted, io::Error> {
         let bpf = kernel().ok_or_else(|| io::Error::other("BPF not loaded"))?;
         let cc = crate::bpf::socket_cookie(client.as_fd())?;
@@ -541,6 +553,14 @@ impl Inserted {
             seen: [Cell::new(snap.seen[0]), Cell::new(snap.seen[1])],
             armed: Cell::new(true),
             pre_read: None,
+            // What the earlier processes forwarded that did not go through
+            // the verdict: their totals minus the redirected bytes and the
+            // passed bytes written (read, less what was still unsent).
+            read_before: [0, 1].map(|i| {
+                let d = &snap.dirs[i];
+                let through = snap.seen[i] + d.read.saturating_sub(d.unsent.len() as u64);
+                [prior.0, prior.1][i].saturating_sub(through)
+            }),
         })
     }
 
@@ -629,13 +649,19 @@ fn regulate(
 /// queue with what TCP received: any difference is a kernel-side duplicate
 /// or loss, reported loudly (it never happened by design of this module).
 fn check_totals(ins: &Inserted, dir: Dir, from: &TcpStream, to: &TcpStream, st: &DirState) {
-    // Everything the source ever received goes through the verdict (nothing
-    // is read before insertion); minus one for the FIN. (`pre_read` is an
-    // upper estimate, good for `verdict_behind`'s bound, not for this check.)
+    // Everything the source ever received goes through the verdict but what
+    // userspace forwarded before insertion; minus one for the FIN.
+    // (`pre_read` is an upper estimate, good for `verdict_behind`'s bound,
+    // not for this check.)
+    let before = match dir.from {
+        Side::Client => ins.read_before[0],
+        Side::Server => ins.read_before[1],
+    };
     let received = sock::send_state(from.as_fd())
         .map(|s| s.received)
         .unwrap_or(0)
-        .saturating_sub(1);
+        .saturating_sub(1)
+        .saturating_sub(before);
     let seen = st.through_verdict(ins.seen(dir.from).get());
     let entered = progress(ins, dir, to)
         .map(|p| p.acked + p.queued)

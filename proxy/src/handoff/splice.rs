@@ -46,6 +46,10 @@ pub enum Exit {
     Done,
     /// splice is not usable here: drain the pipe and copy instead.
     Fallback,
+    /// A promotion is asked for and the socket may hold a segment a splice
+    /// read took in part: the pipe is empty, the cork pushed; the caller
+    /// reads the queue dry (`copy::read_dry`) and splices on.
+    ReadDry,
 }
 
 #[cfg(test)]
@@ -72,7 +76,11 @@ fn must_fall_back(e: &io::Error) -> bool {
     )
 }
 
-/// Splices `from` -> `to` through the leased pipe.
+/// Splices `from` -> `to` through the leased pipe. The lease holds a pipe
+/// only while bytes move: it is taken when the socket is readable and given
+/// back whenever the loop waits with it empty; when the pool has none to
+/// give, the loop exits with [`Exit::Fallback`]. Parks, holding nothing,
+/// while a promotion is asked for.
 pub async fn run(
     flow: &Flow<'_>,
     dir: Dir,
@@ -80,13 +88,7 @@ pub async fn run(
     to: &TcpStream,
     lease: &mut Lease<'_>,
 ) -> Result<Exit, DirError> {
-    let Some(pipe) = lease.pipe.as_ref() else {
-        return Ok(Exit::Fallback);
-    };
-    let cap = pipe.cap;
-    let more_threshold = cap * MORE_NUM / MORE_DEN;
     let (from_fd, to_fd) = (from.as_fd(), to.as_fd());
-    let (pipe_rd, pipe_wr) = (pipe.rd.as_fd(), pipe.wr.as_fd());
 
     let mut eof = false;
     // The bytes in the pipe came from a bulk read (>= 90% of the pipe).
@@ -96,61 +98,93 @@ pub async fn run(
     let mut burst = 0usize;
     let mut written = 0u64;
     loop {
+        if flow.parking() && !flow.must_park(dir.from) && lease.pending == 0 && !eof {
+            return Ok(fall_back(to, corked, Exit::ReadDry));
+        }
+        if lease.pipe.is_none() && !eof {
+            // Nothing held: wait for bytes before taking a pipe.
+            if flow.must_park(dir.from) {
+                flow.park(dir.from).await;
+                continue;
+            }
+            flow.set_waiting(dir.from, true);
+            let ready = from.readable().await;
+            flow.set_waiting(dir.from, false);
+            ready.map_err(|e| DirError::new(dir.from, e))?;
+            if flow.must_park(dir.from) {
+                continue;
+            }
+            if !lease.fill() {
+                return Ok(fall_back(to, corked, Exit::Fallback));
+            }
+        }
+        let reading = !eof && !flow.must_park(dir.from);
+        let cap = lease.pipe.as_ref().map_or(0, |p| p.cap);
         let mut progressed = false;
         // EAGAIN with bytes in the pipe: readiness kept, don't wait on it.
         let mut read_ambiguous = false;
 
-        if !eof && lease.pending < cap {
-            let room = cap - lease.pending;
-            let held = lease.pending;
-            let r = from.try_io(Interest::READABLE, || {
-                match sys_pipe::splice(from_fd, pipe_wr, room, false) {
-                    // Returning Ok keeps tokio's read readiness set.
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock && held > 0 => Ok(None),
-                    other => other.map(Some),
+        if let Some(pipe) = lease.pipe.as_ref() {
+            let (pipe_rd, pipe_wr) = (pipe.rd.as_fd(), pipe.wr.as_fd());
+            if reading && lease.pending < cap {
+                let room = cap - lease.pending;
+                let held = lease.pending;
+                let r = from.try_io(Interest::READABLE, || {
+                    match sys_pipe::splice(from_fd, pipe_wr, room, false) {
+                        // Returning Ok keeps tokio's read readiness set.
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock && held > 0 => Ok(None),
+                        other => other.map(Some),
+                    }
+                });
+                match r {
+                    Ok(Some(0)) => {
+                        eof = true;
+                        flow.shut(dir.from);
+                        progressed = true;
+                    }
+                    Ok(Some(n)) => {
+                        lease.pending += n;
+                        bulk = n >= cap * MORE_NUM / MORE_DEN;
+                        // A short splice may mean a full pipe, not an empty
+                        // socket: only EAGAIN with an empty pipe is dry.
+                        flow.read(dir.from, n, false);
+                        burst += n;
+                        progressed = true;
+                    }
+                    Ok(None) => read_ambiguous = true,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => flow.drained(dir.from),
+                    Err(e) if must_fall_back(&e) => {
+                        return Ok(fall_back(to, corked, Exit::Fallback))
+                    }
+                    Err(e) => return Err(DirError::new(dir.from, e)),
                 }
-            });
-            match r {
-                Ok(Some(0)) => {
-                    eof = true;
-                    flow.shut(dir.from);
-                    progressed = true;
-                }
-                Ok(Some(n)) => {
-                    lease.pending += n;
-                    bulk = n >= more_threshold;
-                    flow.touch(dir.from);
-                    burst += n;
-                    progressed = true;
-                }
-                Ok(None) => read_ambiguous = true,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) if must_fall_back(&e) => return Ok(fall_back(to, corked)),
-                Err(e) => return Err(DirError::new(dir.from, e)),
             }
-        }
 
-        if lease.pending > 0 {
-            let len = lease.pending;
-            let more = bulk;
-            let r = to.try_io(Interest::WRITABLE, || {
-                if injected_einval(written) {
-                    return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            if lease.pending > 0 {
+                let len = lease.pending;
+                let more = bulk;
+                let r = to.try_io(Interest::WRITABLE, || {
+                    if injected_einval(written) {
+                        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+                    }
+                    sys_pipe::splice(pipe_rd, to_fd, len, more)
+                });
+                match r {
+                    Ok(0) => return Err(DirError::new(dir.to, io::ErrorKind::WriteZero.into())),
+                    Ok(n) => {
+                        lease.pending -= n;
+                        written += n as u64;
+                        flow.wrote(dir.to, n);
+                        flow.spliced.set(true);
+                        corked |= more;
+                        progressed = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if must_fall_back(&e) => {
+                        return Ok(fall_back(to, corked, Exit::Fallback))
+                    }
+                    Err(e) => return Err(DirError::new(dir.to, e)),
                 }
-                sys_pipe::splice(pipe_rd, to_fd, len, more)
-            });
-            match r {
-                Ok(0) => return Err(DirError::new(dir.to, io::ErrorKind::WriteZero.into())),
-                Ok(n) => {
-                    lease.pending -= n;
-                    written += n as u64;
-                    flow.wrote(dir.to, n);
-                    corked |= more;
-                    progressed = true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) if must_fall_back(&e) => return Ok(fall_back(to, corked)),
-                Err(e) => return Err(DirError::new(dir.to, e)),
             }
         }
 
@@ -175,10 +209,11 @@ pub async fn run(
         }
 
         if lease.pending == 0 {
-            from.readable()
-                .await
-                .map_err(|e| DirError::new(dir.from, e))?;
-        } else if eof || read_ambiguous || lease.pending >= cap {
+            // Nothing held: the pipe goes back to the pool, and the top of
+            // the loop waits for bytes (or parks).
+            lease.idle();
+            continue;
+        } else if eof || read_ambiguous || lease.pending >= cap || !reading {
             to.writable().await.map_err(|e| DirError::new(dir.to, e))?;
         } else {
             tokio::select! {
@@ -189,15 +224,15 @@ pub async fn run(
     }
 }
 
-/// Before switching to copy, release any tail MSG_MORE may hold (the copy
-/// path might not write again for a while).
-fn fall_back(to: &TcpStream, corked: bool) -> Exit {
+/// Before leaving the loop for a copy (`exit`), release any tail MSG_MORE
+/// may hold (the copy path might not write again for a while).
+fn fall_back(to: &TcpStream, corked: bool, exit: Exit) -> Exit {
     if corked {
         if let Err(e) = sock::set_nodelay(to.as_fd()) {
             tracing::debug!(error = %e, "TCP_NODELAY push before copy fallback failed");
         }
     }
-    Exit::Fallback
+    exit
 }
 
 /// Reads everything left in the leased pipe into userspace (copy fallback).

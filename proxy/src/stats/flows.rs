@@ -41,8 +41,10 @@ pub struct FlowView {
     pub server: Option<SocketAddr>,
     /// Seconds since the flow was accepted.
     pub age_secs: u64,
-    /// `sockmap`, `splice` or `copy` once forwarding started.
+    /// `sockmap`, `splice`, `copy` or `auto` once forwarding started.
     pub mode: Option<&'static str>,
+    /// `auto` moved the flow to the kernel this long after it was accepted.
+    pub promoted: Option<std::time::Duration>,
     /// Client-side and server-side descriptors (-1 when none).
     pub fd_client: i32,
     pub fd_server: i32,
@@ -102,6 +104,7 @@ impl Registered {
                         server: None,
                         age_secs: 0,
                         mode: None,
+                        promoted: None,
                         fd_client: fd,
                         fd_server: -1,
                     },
@@ -144,6 +147,16 @@ pub fn update(id: u64, f: impl FnOnce(&mut FlowView)) {
     REG.with(|r| {
         if let Some(e) = r.borrow_mut().flows.get_mut(&id) {
             f(&mut e.view);
+        }
+    });
+}
+
+/// `auto` moved flow `id` to the kernel: it shows as `sockmap`, with when.
+pub fn promoted(id: u64) {
+    REG.with(|r| {
+        if let Some(e) = r.borrow_mut().flows.get_mut(&id) {
+            e.view.mode = Some("sockmap");
+            e.view.promoted = Some(e.started.elapsed());
         }
     });
 }

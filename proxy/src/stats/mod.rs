@@ -198,11 +198,13 @@ pub struct Stats {
 }
 
 /// Flows forwarded and their bytes (both ways), per forwarding mode, counted
-/// when a flow ends; read by `show info` and the exporter.
+/// when a flow ends (the flows `auto` promoted to the kernel when they are
+/// promoted); read by `show info` and the exporter.
 #[derive(Debug, Default)]
 pub struct ModeCounters {
     flows: [AtomicU64; 3],
     bytes: [AtomicU64; 3],
+    promoted: AtomicU64,
 }
 
 impl ModeCounters {
@@ -210,6 +212,16 @@ impl ModeCounters {
     pub fn done(&self, mode: crate::handoff::Mode, bytes: u64) {
         self.flows[mode.index()].fetch_add(1, Ordering::Relaxed);
         self.bytes[mode.index()].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// `auto` moved a flow to the kernel.
+    pub fn promote(&self) {
+        self.promoted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Flows `auto` moved to the kernel (live or ended).
+    pub fn promoted(&self) -> u64 {
+        self.promoted.load(Ordering::Relaxed)
     }
 
     /// Flows forwarded in `mode` that ended.

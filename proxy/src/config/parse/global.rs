@@ -56,6 +56,7 @@ pub const GLOBAL: &[Keyword<GlobalDraft>] = &[
     Keyword::new(&["forward-mode"],              G, Args::Required, forward_mode),
     Keyword::new(&["tune.pipesize"],             G, Args::Required, pipesize),
     Keyword::new(&["tune.sockmap.max-inflight"], G, Args::Required, sockmap_max_inflight),
+    Keyword::new(&["tune.sockmap.promote-bytes"], G, Args::Required, sockmap_promote_bytes),
     Keyword::new(&["maxpipes"],                  G, Args::Required, maxpipes),
     Keyword::new(&["tune.runqueue-depth"],       G, Args::Required, runqueue_depth),
     Keyword::new(&["tune.sched.low-latency"],    G, Args::Required, sched_low_latency),
@@ -165,6 +166,16 @@ fn sockmap_max_inflight(g: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), Str
         ));
     }
     g.global.sockmap_max_inflight = Some(n as usize);
+    no_extra(l.args, 2, l.kw())
+}
+
+fn sockmap_promote_bytes(g: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String> {
+    let kw = "tune.sockmap.promote-bytes";
+    let v = l
+        .arg(1)
+        .ok_or_else(|| format!("'{kw}' expects a size argument."))?;
+    let n = parse_size(v).map_err(|e| format!("{e} in argument to '{kw}'."))?;
+    g.global.sockmap_promote_bytes = Some(n);
     no_extra(l.args, 2, l.kw())
 }
 

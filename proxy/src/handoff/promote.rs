@@ -1,0 +1,184 @@
+//! `forward-mode auto`'s per-flow decision: when a flow that started in
+//! userspace forwarding has shown that the kernel path pays for it.
+//!
+//! Owns: the thresholds, the per-flow evidence (`Watch`) and each worker's
+//! count of userspace reads. Must not: move a byte or touch a socket; the
+//! direction loops park and `handoff::forward` promotes (see "Promotion" in
+//! `handoff`).
+//!
+//! Inserting a pair into the SOCKHASH, setting its flow entries and deleting
+//! them again costs more than it saves on a short flow, and the kernel path
+//! runs each small message through the peer's psock backlog in a kworker,
+//! which loses to one read and one write when many small flows are busy
+//! (BENCHMARKS.md, 2026-11-30, sockmap for every flow against copy: new
+//! connections ×0.66, redis -c50 ×0.68, but redis -c1 ×1.19 and 4 bulk
+//! streams ×1.70). So a flow is promoted on one of two kinds of evidence:
+//!
+//! - **an elephant**: it has moved [`Promote::bytes`] in userspace, in reads
+//!   of [`BULK_READ`] bytes on average or more (a bulk transfer, not a
+//!   long-lived connection of small requests);
+//! - **the worker's one busy flow**: of the last [`WINDOW_READS`] userspace
+//!   reads of this flow, the worker's other flows did fewer than a third as
+//!   many ([`DOMINANT_NUM`]/[`DOMINANT_DEN`]), so the kworker hop has a CPU
+//!   to itself (redis -c1), where with many busy clients (redis -c50: each
+//!   flow 2 % of the reads) it would not.
+//!
+//! A flow that is half-closed is never promoted (the insertion refuses it).
+
+use std::cell::Cell;
+
+/// The default of `tune.sockmap.promote-bytes`: 1 MiB takes under a
+/// millisecond of a bulk stream on loopback (14–16 Gbit/s in BENCHMARKS.md)
+/// and more than any request/response exchange of the benchmarks but the
+/// 64 KiB echo, which sockmap also serves faster (×1.09 of splice).
+pub const DEFAULT_PROMOTE_BYTES: u64 = 1 << 20;
+
+/// Mean read size, in bytes, from which a flow's bytes count as bulk: a
+/// redis or database connection reads requests of tens to hundreds of
+/// bytes; a bulk stream fills most of a 64 KiB buffer or pipe per read.
+pub const BULK_READ: u64 = 4096;
+
+/// Reads of one flow over which its share of the worker's reads is judged
+/// (~0.1 s of a single redis-benchmark client).
+pub const WINDOW_READS: u32 = 512;
+
+/// A flow with at least DOMINANT_NUM/DOMINANT_DEN of its worker's reads in
+/// a window is the worker's one busy flow.
+pub const DOMINANT_NUM: u64 = 3;
+pub const DOMINANT_DEN: u64 = 4;
+
+/// How long the directions of a flow may take to become parkable (each has
+/// written what it holds and read its socket dry) once a promotion is asked
+/// for; a direction parked meanwhile does not read, so this bounds the delay
+/// a promotion can add to its bytes. Past it the promotion is called off.
+pub const PARK_LIMIT: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Promotions a flow may try (one that is called off for time is watched
+/// again from scratch).
+pub const MAX_PROMOTE_ATTEMPTS: u32 = 4;
+
+/// How `auto` promotes (`None` where the mode is forced).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Promote {
+    /// Bytes moved in userspace (both directions) that make a bulk flow an
+    /// elephant; `tune.sockmap.promote-bytes`.
+    pub bytes: u64,
+}
+
+impl Default for Promote {
+    fn default() -> Self {
+        Self {
+            bytes: DEFAULT_PROMOTE_BYTES,
+        }
+    }
+}
+
+thread_local! {
+    /// Userspace reads this worker made, all flows: the denominator of a
+    /// flow's share (per thread, as the executor it measures).
+    static WORKER_READS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn worker_reads() -> u64 {
+    WORKER_READS.with(Cell::get)
+}
+
+/// The evidence of one flow.
+#[derive(Debug)]
+pub struct Watch {
+    policy: Promote,
+    bytes: Cell<u64>,
+    reads: Cell<u64>,
+    window_reads: Cell<u32>,
+    window_start: Cell<u64>,
+}
+
+impl Watch {
+    pub fn new(policy: Promote) -> Self {
+        Self {
+            policy,
+            bytes: Cell::new(0),
+            reads: Cell::new(0),
+            window_reads: Cell::new(0),
+            window_start: Cell::new(worker_reads()),
+        }
+    }
+
+    /// Start over (a promotion was called off for time).
+    pub fn reset(&self) {
+        self.bytes.set(0);
+        self.reads.set(0);
+        self.window_reads.set(0);
+        self.window_start.set(worker_reads());
+    }
+
+    /// A userspace read of `n` bytes; true when the flow should now be
+    /// promoted.
+    pub fn read(&self, n: usize) -> bool {
+        let total = WORKER_READS.with(|w| {
+            w.set(w.get() + 1);
+            w.get()
+        });
+        let bytes = self.bytes.get() + n as u64;
+        let reads = self.reads.get() + 1;
+        self.bytes.set(bytes);
+        self.reads.set(reads);
+        if bytes >= self.policy.bytes && bytes >= reads * BULK_READ {
+            return true;
+        }
+        let w = self.window_reads.get() + 1;
+        if w < WINDOW_READS {
+            self.window_reads.set(w);
+            return false;
+        }
+        let all = total - self.window_start.get();
+        self.window_reads.set(0);
+        self.window_start.set(total);
+        u64::from(w) * DOMINANT_DEN >= all * DOMINANT_NUM
+    }
+}
+
+/// Test hook: count `n` reads of other flows on this worker.
+#[cfg(test)]
+pub fn others_read(n: u64) {
+    WORKER_READS.with(|w| w.set(w.get() + n));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_reads_never_make_an_elephant() {
+        let w = Watch::new(Promote { bytes: 1000 });
+        // 100-byte reads, with the worker busy with other flows.
+        for _ in 0..10_000 {
+            others_read(10);
+            assert!(!w.read(100));
+        }
+    }
+
+    #[test]
+    fn bulk_reads_past_the_bytes_promote() {
+        let w = Watch::new(Promote { bytes: 1 << 20 });
+        others_read(1000);
+        let promoted = (1..=64).find(|_| w.read(64 * 1024));
+        assert_eq!(promoted, Some(16), "at the 16th 64 KiB read (1 MiB)");
+    }
+
+    #[test]
+    fn the_workers_one_busy_flow_is_promoted_after_a_window() {
+        let w = Watch::new(Promote::default());
+        let at = (1..=2 * WINDOW_READS).find(|_| w.read(20));
+        assert_eq!(at, Some(WINDOW_READS));
+    }
+
+    #[test]
+    fn one_of_many_busy_flows_is_not() {
+        let w = Watch::new(Promote::default());
+        for _ in 0..4 * WINDOW_READS {
+            others_read(2);
+            assert!(!w.read(20), "a third of the reads is not dominance");
+        }
+    }
+}

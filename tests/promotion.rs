@@ -1,0 +1,270 @@
+//! `forward-mode auto` decides per flow (issue: auto never slower than the
+//! best mode): flows start in userspace, elephants and the worker's one busy
+//! flow are promoted to the kernel mid-stream, with bytes in flight both
+//! ways, and lose, repeat or reorder nothing; short flows and many busy
+//! small flows stay in userspace. Through the real binary on the real kernel.
+//!
+//! Requires root (BPF). Under `SHUNT_REQUIRE_BPF=1` (CI) a missing BPF fails
+//! the test; otherwise these tests skip loudly.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use shunt_tests::*;
+
+/// Start shunt in `auto` with `global` lines in front of `server`.
+fn start(server: SocketAddr, global: &str, backend: &str) -> Option<(Shunt, SocketAddr)> {
+    if !bpf_wanted() {
+        return None;
+    }
+    let port = free_port();
+    let cfg = simple_config(port, &[server], backend).replacen(
+        "global\n",
+        &format!("global\n{global}"),
+        1,
+    );
+    let shunt = Shunt::start(&cfg, &["--forward-mode", "auto"]);
+    Some((shunt, SocketAddr::from(([127, 0, 0, 1], port))))
+}
+
+fn info(shunt: &Shunt, key: &str) -> u64 {
+    info_u64(&shunt.sock(), key)
+}
+
+/// Wait (bounded) until every flow has ended and been counted.
+fn settle(shunt: &Shunt) {
+    eventually("every flow counted", Duration::from_secs(20), || {
+        info(shunt, "CurrConns") == 0
+    });
+}
+
+/// A server that streams `down` bytes of pattern `seed` (both from a 16-byte
+/// header: seed, length) while it reads the client's upload to EOF, then
+/// sends the upload's SHA-256 (64 hex bytes) and closes. Both directions
+/// carry bytes at once for the whole flow.
+fn duplex_server() -> Server {
+    Server::start(|mut s| {
+        let mut head = [0u8; 16];
+        if s.read_exact(&mut head).is_err() {
+            return;
+        }
+        let seed = u64::from_le_bytes(head[..8].try_into().expect("8"));
+        let down = u64::from_le_bytes(head[8..].try_into().expect("8")) as usize;
+        let mut w = s.try_clone().expect("clone");
+        let writer = std::thread::spawn(move || {
+            let data = pattern(down, seed ^ 0xdead);
+            write_random_chunks(&mut w, &data, 64 * 1024, seed);
+        });
+        let up = read_to_end(&mut s).unwrap_or_default();
+        let _ = writer.join();
+        let _ = s.write_all(sha256(&up).as_bytes());
+        let _ = s.shutdown(Shutdown::Write);
+    })
+}
+
+/// One client of `duplex_server`: `up` bytes out, `down` back, both checked.
+fn duplex_client(addr: SocketAddr, seed: u64, up: usize, down: usize) -> Result<(), String> {
+    let mut c = connect(addr);
+    c.set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(|e| e.to_string())?;
+    let mut head = [0u8; 16];
+    head[..8].copy_from_slice(&seed.to_le_bytes());
+    head[8..].copy_from_slice(&(down as u64).to_le_bytes());
+    c.write_all(&head).map_err(|e| e.to_string())?;
+    let mut w = c.try_clone().map_err(|e| e.to_string())?;
+    let data = pattern(up, seed);
+    let want_up = sha256(&data);
+    let writer = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            write_random_chunks(&mut w, &data, 64 * 1024, seed + 1);
+            let _ = w.shutdown(Shutdown::Write);
+        })
+        .map_err(|e| e.to_string())?;
+    let got = read_to_end(&mut c).map_err(|e| e.to_string())?;
+    writer.join().map_err(|_| "writer panicked".to_string())?;
+    if got.len() != down + 64 {
+        return Err(format!(
+            "seed {seed}: {} bytes back, want {}",
+            got.len(),
+            down + 64
+        ));
+    }
+    if sha256(&got[..down]) != sha256(&pattern(down, seed ^ 0xdead)) {
+        return Err(format!("seed {seed}: server-to-client bytes differ"));
+    }
+    if got[down..] != *want_up.as_bytes() {
+        return Err(format!("seed {seed}: client-to-server bytes differ"));
+    }
+    Ok(())
+}
+
+/// 1000 flows, 100 at a time, each moving a random 0–1 MiB each way at once
+/// with a 64 KiB promotion threshold: most are promoted mid-stream, with
+/// bytes in flight both ways, and every byte arrives once and in order.
+#[test]
+fn flows_promoted_mid_stream_under_load_are_byte_exact() {
+    const FLOWS: u64 = 1000;
+    const AT_ONCE: u64 = 100;
+    let server = duplex_server();
+    let Some((shunt, addr)) = start(
+        server.addr,
+        "    maxconn 4096\n    tune.sockmap.promote-bytes 64k\n",
+        "",
+    ) else {
+        return;
+    };
+    let bad = Arc::new(AtomicUsize::new(0));
+    let mut rng = StdRng::seed_from_u64(14);
+    let t0 = Instant::now();
+    for batch in 0..FLOWS / AT_ONCE {
+        let clients: Vec<_> = (0..AT_ONCE)
+            .map(|i| {
+                let seed = batch * AT_ONCE + i;
+                let (up, down) = (rng.gen_range(0..=1 << 20), rng.gen_range(0..=1 << 20));
+                let bad = bad.clone();
+                std::thread::Builder::new()
+                    .stack_size(256 * 1024)
+                    .spawn(move || {
+                        if let Err(e) = duplex_client(addr, seed, up, down) {
+                            eprintln!("{e}");
+                            bad.fetch_add(1, Ordering::SeqCst);
+                        }
+                    })
+                    .expect("spawn client")
+            })
+            .collect();
+        for c in clients {
+            c.join().expect("client");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "the run is bounded in time"
+        );
+    }
+    assert_eq!(bad.load(Ordering::SeqCst), 0, "flows with wrong data");
+    settle(&shunt);
+    let log = shunt.stderr();
+    assert!(
+        !log.contains("sockmap byte counts disagree"),
+        "a promoted flow's kernel counters disagreed with TCP:\n{log}"
+    );
+    let promoted = info(&shunt, "PromotedFlows");
+    let (sockmap, splice, copy) = (
+        info(&shunt, "SockmapFlows"),
+        info(&shunt, "SpliceFlows"),
+        info(&shunt, "CopyFlows"),
+    );
+    eprintln!("promoted {promoted}; ended sockmap {sockmap}, splice {splice}, copy {copy}");
+    assert_eq!(sockmap + splice + copy, FLOWS, "every flow accounted for");
+    assert_eq!(
+        sockmap, promoted,
+        "in auto only promoted flows reach the kernel"
+    );
+    assert!(
+        promoted >= FLOWS / 2,
+        "most flows moved past 64 KiB before a side closed: {promoted} promoted"
+    );
+}
+
+/// Short flows (one exchange each) and 16 busy flows of small round trips at
+/// once stay in userspace: none pays for the kernel insertion.
+#[test]
+fn short_flows_and_many_small_busy_flows_stay_in_userspace() {
+    let server = Server::echo();
+    let Some((shunt, addr)) = start(server.addr, "", "") else {
+        return;
+    };
+    for i in 0..100u8 {
+        let mut c = connect(addr);
+        let msg = [i; 5000];
+        c.write_all(&msg).expect("write");
+        let mut back = [0u8; 5000];
+        c.read_exact(&mut back).expect("echo");
+        assert_eq!(back, msg);
+    }
+    let busy: Vec<_> = (0..16u8)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut c = connect(addr);
+                let mut back = [0u8; 32];
+                for n in 0..1500u32 {
+                    let msg = [i.wrapping_add(n as u8); 32];
+                    c.write_all(&msg).expect("write");
+                    c.read_exact(&mut back).expect("echo");
+                    assert_eq!(back, msg);
+                }
+            })
+        })
+        .collect();
+    for b in busy {
+        b.join().expect("busy client");
+    }
+    settle(&shunt);
+    assert_eq!(info(&shunt, "PromotedFlows"), 0, "no flow promoted");
+    assert_eq!(info(&shunt, "SockmapFlows"), 0);
+    assert_eq!(info(&shunt, "CopyFlows"), 116, "all forwarded by copy");
+}
+
+/// The worker's one busy flow of small round trips is promoted after a
+/// window of reads; `show sess` shows it in the kernel with when, and `show
+/// info` counts it. A bulk flow is promoted past 1 MiB (the default), and a
+/// backend with `option splice-auto` keeps its flows on splice.
+#[test]
+fn the_one_busy_flow_and_a_bulk_flow_are_promoted() {
+    let server = Server::echo();
+    let Some((shunt, addr)) = start(server.addr, "    nbthread 1\n", "") else {
+        return;
+    };
+    let mut c = connect(addr);
+    let mut back = [0u8; 32];
+    for n in 0..2000u32 {
+        let msg = [n as u8; 32];
+        c.write_all(&msg).expect("write");
+        c.read_exact(&mut back).expect("echo");
+        assert_eq!(back, msg, "round trip {n}");
+    }
+    let sess = cli(&shunt.sock(), "show sess");
+    let line = sess
+        .lines()
+        .find(|l| l.contains("fwd="))
+        .unwrap_or_else(|| panic!("no flow in show sess:\n{sess}"));
+    assert!(
+        line.contains("fwd=sockmap promoted="),
+        "promoted flow in show sess: {line}"
+    );
+    assert_eq!(info(&shunt, "PromotedFlows"), 1);
+    drop(c);
+
+    let data = pattern(8 << 20, 5);
+    let mut c = connect(addr);
+    let mut w = c.try_clone().expect("clone");
+    let d2 = data.clone();
+    let writer = std::thread::spawn(move || {
+        write_random_chunks(&mut w, &d2, 256 * 1024, 9);
+        w.shutdown(Shutdown::Write).expect("FIN");
+    });
+    let got = read_to_end(&mut c).expect("echo");
+    writer.join().expect("writer");
+    assert_eq!(sha256(&got), sha256(&data), "bulk echo byte-exact");
+    settle(&shunt);
+    assert_eq!(info(&shunt, "PromotedFlows"), 2, "the bulk flow too");
+    assert_eq!(info(&shunt, "SockmapFlows"), 2);
+
+    let port = free_port();
+    let cfg = simple_config(port, &[server.addr], "    option splice-auto\n");
+    let spliced = Shunt::start(&cfg, &["--forward-mode", "auto"]);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut c = connect(addr);
+    c.write_all(&data[..1 << 20]).expect("write");
+    c.shutdown(Shutdown::Write).expect("FIN");
+    let got = read_to_end(&mut c).expect("echo");
+    assert_eq!(got, data[..1 << 20]);
+    assert_mode(&spliced.sock(), "splice");
+    assert_eq!(info(&spliced, "PromotedFlows"), 0);
+}
