@@ -2,8 +2,9 @@
 //!
 //! Owns: one scheduler task per checked server (and one per agent), spread over
 //! the workers (server `k` of the process runs on worker `k % nbthread`); the check
-//! statuses ([`Status`]) with HAProxy's names and descriptions; the rise/fall state
-//! machine ([`health`]); the probes ([`probe`]: plain connect, tcp-check rules, the
+//! statuses ([`Status`]) with HAProxy's names and descriptions; the health-check
+//! loop ([`health`]; the rise/fall machine it feeds is the server's, in `lb`); what
+//! a transition does ([`transition`]); the probes ([`probe`]: plain connect, tcp-check rules, the
 //! agent's line) and the agent's reply words ([`agent`]).
 //!
 //! A check only ever changes a server through `ServerRt::apply` (a
