@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 
 use crate::config::{Backend, ForwardMode, Frontend, UseBackend};
 use crate::handoff::{self, End, FlowTimeouts, Meter, Mode, Plan, Promote};
+use crate::lb::spares::ConnectError;
 use crate::lb::AcquireError;
 use crate::log::format::{Cause, Phase as LogPhase};
 use crate::log::FlowGuard;
@@ -198,7 +199,7 @@ pub(crate) fn flow_timeouts(fe: &Frontend, be: &Backend) -> FlowTimeouts {
 async fn connect_server(
     rt: &crate::lb::ServerRt,
     timeout: Option<Duration>,
-) -> std::io::Result<TcpStream> {
+) -> Result<TcpStream, ConnectError> {
     let addr = rt.addr();
     if rt.pool.enabled() {
         let tid = crate::scheduler::try_thread_id().unwrap_or(0);
@@ -334,8 +335,9 @@ pub async fn run(
     let _be_open = Open::new(be_ctr);
 
     // Acquire a server slot and connect, with HAProxy's retry and redispatch rules:
-    // `retries` further attempts on the same server; the last one goes elsewhere
-    // when `option redispatch` is set.
+    // `retries` further attempts on the same server, after a failure the error
+    // calls retryable (`ConnectError::retryable`: all but an internal one); the
+    // last one goes elsewhere when `option redispatch` is set.
     let mut exclude = None;
     let mut attempts_left = be.retries;
     let mut slot = None;
@@ -382,12 +384,16 @@ pub async fn run(
             Err(e) => {
                 srv_ctr.event(Event::ConnError);
                 be_ctr.event(Event::ConnError);
-                tracing::debug!(backend = %be.name, server = %s.server().name, error = %e, "connect failed");
-                if attempts_left == 0 {
-                    log.end(if e.kind() == std::io::ErrorKind::TimedOut {
+                tracing::debug!(backend = %be.name, server = %s.server().name, error = %e, origin = ?e.origin(), retryable = e.retryable(), "connect failed");
+                if attempts_left == 0 || !e.retryable() {
+                    // A resource shortage that outlived the retries stays `S`, as
+                    // every failure but a timeout was before errors had classes.
+                    log.end(if e.timed_out() {
                         Cause::ServerTimeout
-                    } else {
+                    } else if e.retryable() {
                         Cause::ServerAbort
+                    } else {
+                        Cause::Internal
                     });
                     return;
                 }

@@ -16,8 +16,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{health, probe, Outcome, Status, Target};
-use crate::lb::{ServerRt, MAX_WEIGHT};
+use super::transition::{self, Cause};
+use super::{probe, Outcome, Status, Target};
+use crate::lb::{Change, ServerRt, Transition, MAX_WEIGHT};
 
 /// The agent's health word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,16 +108,27 @@ pub fn percent_weight(word: &str, initial: u32) -> Result<u32, &'static str> {
     Ok(u32::try_from(w.min(u64::from(MAX_WEIGHT))).unwrap_or(MAX_WEIGHT))
 }
 
-/// Apply the admin, weight and maxconn words to `s`; returns the first warning.
-pub fn apply_settings(s: &ServerRt, r: &Reply, config_disabled: bool) -> Option<String> {
+/// What applying a reply's settings did: the server's transitions, for the caller
+/// to hand to [`super::transition::on`], and the first warning.
+#[derive(Debug, Default)]
+pub struct Settings {
+    pub transitions: Vec<Transition>,
+    pub warning: Option<String>,
+}
+
+/// Apply the admin, weight and maxconn words to `s` (the first two as
+/// [`Change`]s).
+pub fn apply_settings(s: &ServerRt, r: &Reply, config_disabled: bool) -> Settings {
+    let mut out = Settings::default();
+    let mut apply = |c| out.transitions.extend(s.apply(c));
     match r.admin {
-        Some(AgentAdmin::Drain) => s.set_agent_drain(true),
-        Some(AgentAdmin::Maint) => s.set_maint(true),
+        Some(AgentAdmin::Drain) => apply(Change::AgentDrain(true)),
+        Some(AgentAdmin::Maint) => apply(Change::AgentMaint(true)),
         Some(AgentAdmin::Ready) => {
-            s.set_agent_drain(false);
+            apply(Change::AgentDrain(false));
             // `disabled` in the configuration stays (HAProxy's CMAINT).
             if !config_disabled {
-                s.set_maint(false);
+                apply(Change::AgentMaint(false));
             }
         }
         None => {}
@@ -124,7 +136,7 @@ pub fn apply_settings(s: &ServerRt, r: &Reply, config_disabled: bool) -> Option<
     let mut warning = None;
     if let Some(w) = &r.weight {
         match percent_weight(w, s.initial_weight()) {
-            Ok(w) => s.set_weight(w),
+            Ok(w) => apply(Change::Weight(w)),
             Err(msg) => warning = Some(msg.to_string()),
         }
     }
@@ -141,7 +153,8 @@ pub fn apply_settings(s: &ServerRt, r: &Reply, config_disabled: bool) -> Option<
             }
         }
     }
-    warning
+    out.warning = warning;
+    out
 }
 
 /// The status and info HAProxy records for a reply (`via agent : down (desc)`, ...).
@@ -199,20 +212,18 @@ pub async fn run(t: Arc<Target>, first: Duration) {
         match probe::agent_line(&t).await {
             Ok(line) => {
                 let reply = parse(&line);
-                let warning = apply_settings(&t.server, &reply, disabled);
-                let out = outcome(&reply, warning.as_deref());
+                let settings = apply_settings(&t.server, &reply, disabled);
+                let out = outcome(&reply, settings.warning.as_deref());
                 let took = started.elapsed();
-                match reply.health.map(|(h, _)| h) {
-                    Some(AgentHealth::Up) => {
-                        t.server.set_agent_down(false);
-                        health::agent_up(&t, &out, took);
-                    }
-                    Some(_) => {
-                        t.server.set_agent_down(true);
-                        health::agent_down(&t, &out, took);
-                    }
-                    None => {}
+                let cause = Cause::Check(&out, took);
+                for tr in &settings.transitions {
+                    transition::on(&t.site(), tr, &cause);
                 }
+                if let Some((h, _)) = reply.health {
+                    let up = h == AgentHealth::Up;
+                    transition::apply(&t.site(), Change::AgentHealth { up }, &cause);
+                }
+                // For a changed `maxconn:N` (raised room lets queued requests in).
                 t.backend.rebalance();
                 tracing::debug!(server = %t.server.name, reply = %line, desc = %out.desc, "agent check");
             }

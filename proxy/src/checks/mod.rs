@@ -2,14 +2,17 @@
 //!
 //! Owns: one scheduler task per checked server (and one per agent), spread over
 //! the workers (server `k` of the process runs on worker `k % nbthread`); the check
-//! statuses ([`Status`]) with HAProxy's names and descriptions; the rise/fall state
-//! machine ([`health`]); the probes ([`probe`]: plain connect, tcp-check rules, the
+//! statuses ([`Status`]) with HAProxy's names and descriptions; the health-check
+//! loop ([`health`]; the rise/fall machine it feeds is the server's, in `lb`); what
+//! a transition does ([`transition`]); the probes ([`probe`]: plain connect, tcp-check rules, the
 //! agent's line) and the agent's reply words ([`agent`]).
 //!
-//! A check only ever changes a server through [`crate::lb::ServerRt`] (health,
-//! up/down, agent drain, weight, maintenance) and then calls the backend's
-//! `rebalance`, so queued requests see the change at once. Transitions are logged
-//! with HAProxy's wording (`Server be/s1 is DOWN, reason: ...`).
+//! A check only ever changes a server through `ServerRt::apply` (a
+//! [`crate::lb::Change`]: a check result, the agent's words, ...), and what a
+//! returned transition does is [`transition::on`]'s, for the CLI and the
+//! server-state file too: the HAProxy log line (`Server be/s1 is DOWN, reason:
+//! ...`), the backend's `rebalance` (queued requests see the change at once) and
+//! the `shutdown-sessions` options.
 //!
 //! Must not: block a worker (every probe is async and bounded by the check
 //! timeouts); hold a lock across an await.
@@ -18,7 +21,7 @@
 //! read once at start by [`state_file`].
 //!
 //! `slowstart`: a server coming back UP ramps its effective weight from 1 to its
-//! user weight over the period ([`health::mark`] starts the ramp). `observe
+//! user weight over the period ([`transition::on`] starts the ramp). `observe
 //! layer4`: connection results of live traffic feed [`observe::report`], which acts
 //! on `error-limit` consecutive errors as `on-error` says.
 //!
@@ -30,6 +33,7 @@ pub mod health;
 pub mod observe;
 pub mod probe;
 pub mod state_file;
+pub mod transition;
 
 #[cfg(test)]
 mod tests;
@@ -50,20 +54,17 @@ pub const CHECK_BUF: usize = 16 * 1024;
 pub use crate::lb::status::{Status, DEFAULT_FALL, DEFAULT_RISE};
 
 /// Set server `si` of backend `bi` to admin state `st` (`set server B/S
-/// state`, `enable|disable server`, the server-state file): the server's
-/// transition, then the backend's rebalance, and a running server entering
-/// maintenance is marked down, which applies its `on-marked-down
+/// state`, `enable|disable server`, the server-state file), through
+/// [`transition::apply`]: the backend is rebalanced, and a running server
+/// entering maintenance is marked down, which applies its `on-marked-down
 /// shutdown-sessions` (as HAProxy). Existing flows are kept otherwise.
 pub fn set_admin(state: &Runtime, bi: usize, si: usize, st: crate::lb::AdminState) {
-    let be = &state.backends[bi];
-    let change = be.servers[si].set_admin(st);
-    be.rebalance();
-    let shut = state.config.backends[bi].servers[si]
-        .check
-        .on_marked_down_shutdown;
-    if change.marked_down && shut {
-        health::shut_flows(state, bi, vec![si]);
-    }
+    let site = transition::Site { state, bi, si };
+    transition::apply(
+        &site,
+        crate::lb::Change::Admin(st),
+        &transition::Cause::Reason(""),
+    );
 }
 
 /// The result of one probe.
@@ -147,8 +148,8 @@ impl Target {
     }
 
     /// The server as a transition reaches it.
-    pub fn site(&self) -> health::Site<'_> {
-        health::Site {
+    pub fn site(&self) -> transition::Site<'_> {
+        transition::Site {
             state: &self.state,
             bi: self.bi,
             si: self.si,

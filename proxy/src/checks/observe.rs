@@ -15,9 +15,10 @@
 
 use std::time::Duration;
 
-use super::health::{self, Site};
+use super::transition::{self, Cause, Site};
 use super::{Outcome, Status};
 use crate::config::OnError;
+use crate::lb::Change;
 use crate::runtime::Runtime;
 
 /// HAProxy's default `error-limit`.
@@ -46,21 +47,13 @@ pub fn report(state: &Runtime, bi: usize, si: usize, ok: bool) {
         Status::Hana,
         format!("Detected {n} consecutive errors, last one was: {L4_ERROR}"),
     );
-    let failure = |health: u32| {
-        s.set_health(health);
+    let failure = |from: u32| {
         s.record_check(out.status, None, Duration::ZERO, &out.desc);
-        let st = health::step(s.health(), s.is_up(), false, s.rise(), s.fall());
-        s.set_health(st.health);
-        if st.counted_failure {
-            s.count_chkfail();
-        }
-        if st.transition == Some(false) && !s.is_maint() {
-            health::mark(
-                &Site { state, bi, si },
-                health::Change::Down,
-                &health::Cause::Check(&out, Duration::ZERO),
-            );
-        }
+        transition::apply(
+            &Site { state, bi, si },
+            Change::Observed { from },
+            &Cause::Check(&out, Duration::ZERO),
+        );
     };
     match cfg.on_error.unwrap_or_default() {
         OnError::Fastinter => {}

@@ -28,9 +28,8 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
-use super::health::{mark, Cause, Change, Site};
-use crate::lb::AdminState;
-use crate::lb::MAX_WEIGHT;
+use super::transition::{self, Cause, Site};
+use crate::lb::{AdminState, Change, OpState, MAX_WEIGHT};
 use crate::runtime::Runtime;
 
 /// The one format version HAProxy 2.6 writes and reads.
@@ -436,34 +435,28 @@ fn apply_one(state: &Runtime, bi: usize, si: usize, v: &Saved) {
     // A server the configuration puts in maintenance keeps its state (HAProxy
     // ignores forced changes in maintenance).
     let op_state = if rt.is_maint() { -1 } else { v.op_state };
-    match op_state {
-        SRV_ST_STOPPED => {
-            rt.set_health(0);
-            mark(&site, Change::Down, &cause);
-        }
-        SRV_ST_STOPPING if fall == 1 => {
-            rt.set_health(0);
-            mark(&site, Change::Down, &cause);
-        }
+    let forced = match op_state {
+        SRV_ST_STOPPED => Some((0, OpState::Down)),
+        SRV_ST_STOPPING if fall == 1 => Some((0, OpState::Down)),
         SRV_ST_STOPPING => {
             let h = u32::try_from(v.health).unwrap_or(0);
-            rt.set_health(if h < rise || h > full.saturating_sub(1) {
+            let h = if h < rise || h > full.saturating_sub(1) {
                 rise
             } else {
                 h
-            });
-            mark(&site, Change::Stopping, &cause);
+            };
+            Some((h, OpState::Stopping))
         }
-        SRV_ST_RUNNING | SRV_ST_STARTING => {
-            rt.set_health(full);
-            mark(&site, Change::Up, &cause);
-        }
-        _ => {}
+        SRV_ST_RUNNING | SRV_ST_STARTING => Some((full, OpState::Up)),
+        _ => None,
+    };
+    if let Some((health, to)) = forced {
+        transition::apply(&site, Change::Force { health, to }, &cause);
     }
 
     // The user weight, when the configured weight did not change.
     if v.iweight == rt.initial_weight() {
-        rt.set_weight(v.uweight);
+        transition::apply(&site, Change::Weight(v.uweight), &cause);
     }
 
     // Admin state: the configuration's `disabled` wins when they disagree.

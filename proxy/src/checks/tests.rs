@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::agent::{self, AgentAdmin, AgentHealth};
-use super::health::{self, step, Cause, Change};
+use super::health::step;
 use super::probe::{self, eval_expect, Eval};
+use super::transition::{self, Cause};
 use super::{status_word, Outcome, Status};
 use crate::config::{ExpectKind, TcpCheckAction, TcpCheckRule, TcpExpect};
-use crate::lb::ServerRt;
+use crate::lb::{AdminState, Change, OpState, ServerRt};
 
 fn server(cfg: &str) -> ServerRt {
     let text = format!("backend be\n server s1 127.0.0.1:80 {cfg}\n");
@@ -61,31 +62,56 @@ fn rise_fall_follow_haproxy() {
 fn status_words_and_intervals() {
     let s = server("check rise 2 fall 3");
     assert_eq!(status_word(&s, false), "UP 1/3", "start-up health is rise");
-    s.set_health(4);
-    assert_eq!(status_word(&s, false), "UP");
-    s.set_health(3);
+    let check = |passed| s.apply(Change::Check { passed });
+    assert_eq!(check(true), None, "a pass while up moves nothing");
+    assert_eq!((s.health(), status_word(&s, false).as_str()), (4, "UP"));
+    assert_eq!(check(false), None);
     assert_eq!(status_word(&s, false), "UP 2/3");
-    assert!(s.transition(false));
-    s.set_health(0);
+    assert_eq!(check(false), None);
+    let down = check(false).expect("the fall-th failure is a transition");
+    assert_eq!(
+        (down.was.op, down.op_moved()),
+        (OpState::Up, Some(OpState::Down))
+    );
+    assert_eq!((s.health(), s.chkfail()), (0, 3));
     assert_eq!(status_word(&s, false), "DOWN");
-    s.set_health(1);
+    assert_eq!(check(true), None);
     assert_eq!(status_word(&s, false), "DOWN 1/2");
     assert_eq!(s.chkdown(), 1);
-    assert!(!s.transition(false), "already down");
-    assert!(s.transition(true));
-    s.set_health(4);
+    let force = |health, to| s.apply(Change::Force { health, to });
+    assert_eq!(force(1, OpState::Down), None, "already down");
+    assert!(force(4, OpState::Up).is_some());
     assert_eq!(status_word(&s, true), "DRAIN");
-    s.set_maint(true);
+    let maint = s.apply(Change::Admin(AdminState::Maint)).expect("maint");
+    assert!(maint.marked_down(), "a running server put in maintenance");
     assert_eq!(status_word(&s, false), "MAINT");
+    assert_eq!(
+        force(0, OpState::Down),
+        None,
+        "forced changes wait in maintenance"
+    );
+    assert!(s.is_up());
     let plain = server("");
     assert_eq!(status_word(&plain, false), "no check");
     let ag = server("agent-check agent-port 1");
-    ag.set_agent_drain(true);
+    assert!(ag.apply(Change::AgentDrain(true)).is_some());
     assert_eq!(status_word(&ag, false), "DRAIN (agent)");
     assert!(!ag.usable(), "an agent drain takes no traffic");
-    ag.set_agent_down(true);
-    ag.set_up(false);
+    let agent_down = ag.apply(Change::AgentHealth { up: false }).expect("down");
+    assert_eq!(agent_down.op_moved(), Some(OpState::Down));
     assert_eq!(status_word(&ag, false), "DOWN (agent)");
+    assert_eq!(
+        ag.apply(Change::ForceAgent { up: false }),
+        None,
+        "the agent's verdict alone moves nothing the selection reads"
+    );
+    // The agent's `down` holds the server down whatever the checks say.
+    let held = server("check agent-check agent-port 1");
+    held.apply(Change::AgentHealth { up: false });
+    for _ in 0..5 {
+        assert_eq!(held.apply(Change::Check { passed: true }), None);
+    }
+    assert!(!held.is_up());
 }
 
 #[test]
@@ -106,30 +132,39 @@ fn transition_messages_are_haproxys() {
     let s1 = Arc::new(server("check"));
     let s2 = Arc::new(server("check"));
     let servers = [s1.clone(), s2.clone()];
-    s1.transition(false);
+    s1.apply(Change::Force {
+        health: 0,
+        to: OpState::Down,
+    });
     let out = Outcome::new(Status::L4Con, "Connection refused");
     assert_eq!(
-        health::transition_message("be", &s1, &servers, Change::Down, &Cause::Check(&out, Duration::from_millis(0))),
+        transition::transition_message("be", &s1, &servers, OpState::Down, &Cause::Check(&out, Duration::from_millis(0))),
         "Server be/s1 is DOWN, reason: Layer4 connection problem, info: \"Connection refused\", check duration: 0ms. 1 active and 0 backup servers left. 0 sessions active, 0 requeued, 0 remaining in queue."
     );
-    s1.transition(true);
+    s1.apply(Change::Force {
+        health: 4,
+        to: OpState::Up,
+    });
     let out = Outcome {
         status: Status::L7Ok,
         code: Some(0),
         desc: "(tcp-check)".into(),
     };
     assert_eq!(
-        health::transition_message("be", &s1, &servers, Change::Up, &Cause::Check(&out, Duration::from_millis(3))),
+        transition::transition_message("be", &s1, &servers, OpState::Up, &Cause::Check(&out, Duration::from_millis(3))),
         "Server be/s1 is UP, reason: Layer7 check passed, code: 0, info: \"(tcp-check)\", check duration: 3ms. 2 active and 0 backup servers online. 0 sessions requeued, 0 total in queue."
     );
     let b = Arc::new(server("check backup"));
-    b.transition(false);
+    b.apply(Change::Force {
+        health: 0,
+        to: OpState::Down,
+    });
     let out = Outcome::new(Status::L4Tout, "");
     assert_eq!(
-        health::transition_message("be", &b, std::slice::from_ref(&b), Change::Down, &Cause::Check(&out, Duration::from_millis(2000))),
+        transition::transition_message("be", &b, std::slice::from_ref(&b), OpState::Down, &Cause::Check(&out, Duration::from_millis(2000))),
         "Backup Server be/s1 is DOWN, reason: Layer4 timeout, check duration: 2000ms. 0 active and 0 backup servers left. 0 sessions active, 0 requeued, 0 remaining in queue."
     );
-    assert_eq!(health::ascii_encode("a\"b\nc"), "a\\x22b\\x0Ac");
+    assert_eq!(transition::ascii_encode("a\"b\nc"), "a\\x22b\\x0Ac");
 }
 
 #[test]
@@ -154,8 +189,9 @@ fn agent_words() {
     assert!(agent::percent_weight("5%x", 8).is_err());
 
     let s = server("weight 20 agent-check agent-port 1");
-    let warn = agent::apply_settings(&s, &agent::parse("drain 50% maxconn:7"), false);
-    assert_eq!(warn, None);
+    let set = agent::apply_settings(&s, &agent::parse("drain 50% maxconn:7"), false);
+    assert_eq!(set.warning, None);
+    assert_eq!(set.transitions.len(), 2, "the drain and the weight");
     assert!(s.is_agent_drain());
     assert_eq!((s.weight(), s.agent_maxconn(), s.maxconn()), (10, 7, 7));
     agent::apply_settings(&s, &agent::parse("maint"), false);
@@ -285,30 +321,32 @@ fn timeouts_follow_timeout_check() {
 fn operator_transitions_are_logged_haproxys_way() {
     let s1 = Arc::new(server("check"));
     let servers = [s1.clone()];
-    s1.transition(false);
+    let force = |health, to| s1.apply(Change::Force { health, to });
+    force(2, OpState::Down);
     assert_eq!(
-        health::transition_message("be", &s1, &servers, Change::Down, &Cause::Reason("changed from CLI")),
+        transition::transition_message("be", &s1, &servers, OpState::Down, &Cause::Reason("changed from CLI")),
         "Server be/s1 is DOWN, changed from CLI. 0 active and 0 backup servers left. 0 sessions active, 0 requeued, 0 remaining in queue."
     );
-    s1.transition(true);
-    s1.set_stopping(true);
+    force(2, OpState::Up);
+    let stopping = force(2, OpState::Stopping).expect("up to stopping");
+    assert_eq!(stopping.op_moved(), Some(OpState::Stopping));
     assert!(!s1.usable(), "a stopping server takes no new traffic");
     assert_eq!(
         status_word(&s1, false),
         "NOLB 1/3",
         "health 2 of 4: going down"
     );
-    s1.set_health(4);
+    assert_eq!(force(4, OpState::Stopping), None, "already stopping");
     assert_eq!(status_word(&s1, false), "NOLB");
     assert_eq!(
-        health::transition_message("be", &s1, &servers, Change::Stopping, &Cause::Reason("changed from CLI")),
+        transition::transition_message("be", &s1, &servers, OpState::Stopping, &Cause::Reason("changed from CLI")),
         "Server be/s1 is stopping, changed from CLI. 0 active and 0 backup servers online. 0 sessions requeued, 0 total in queue."
     );
     // Any UP/DOWN transition ends `stopping`.
-    s1.transition(false);
+    force(4, OpState::Down);
     assert!(!s1.is_stopping());
     // `disable health`: no check shown, the configuration unchanged.
-    s1.transition(true);
+    force(4, OpState::Up);
     s1.set_check_enabled(false);
     assert!(!s1.checked() && s1.check_configured());
     assert_eq!(status_word(&s1, false), "no check");

@@ -7,13 +7,14 @@
 //! nothing else in the CLI changes state. Answers are HAProxy's exact strings.
 //!
 //! Server commands (`set weight`, `set server`, `enable|disable server`) change the
-//! [`ServerRt`], which keeps the drain weight and the time of the last change
-//! itself; admin state changes go through `checks::set_admin`, the one place that
-//! rebalances and applies `shutdown-sessions` for them (the server-state file uses
-//! it too).
+//! [`ServerRt`] through its one `apply` (a `lb::Change`), which keeps the drain
+//! weight and the time of the last change itself; admin state changes go through
+//! `checks::set_admin`, over `checks::transition`, the one place that rebalances and
+//! applies `shutdown-sessions` (the server-state file uses it too).
 //!
-//! `set server B/S health|agent` force a state through `checks::health::mark` (the
-//! same path as the checks: log, rebalance, `on-marked-down shutdown-sessions`);
+//! `set server B/S health|agent` force a state through `checks::transition::apply`
+//! (the same path as the checks: log, rebalance, `on-marked-down
+//! shutdown-sessions`); `set weight` goes there too;
 //! `check-*`/`agent-*` and `enable|disable health|agent` change the server's probe
 //! targets and check flags, read by the check tasks at their next probe.
 //!
@@ -25,8 +26,9 @@
 use std::borrow::Cow;
 use std::net::IpAddr;
 
+use crate::checks::transition::{self, Cause, Site};
 use crate::config::{Balance, CliLevel};
-use crate::lb::{ServerRt, MAX_WEIGHT};
+use crate::lb::{Change, OpState, ServerRt, MAX_WEIGHT};
 use crate::maps::{MapError, MapRt, Maps};
 
 use super::command::{
@@ -558,7 +560,6 @@ pub const FROM_CLI: &str = "changed from CLI";
 /// then start from there: `up` and `stopping` at full health (down after `fall`
 /// failures), `down` at 0 (up after `rise` passes).
 fn force_health(ctx: &Ctx, bi: usize, si: usize, h: ForcedHealth) {
-    use crate::checks::health::{mark, Cause, Change, Site};
     let site = Site {
         state: &ctx.state,
         bi,
@@ -566,21 +567,21 @@ fn force_health(ctx: &Ctx, bi: usize, si: usize, h: ForcedHealth) {
     };
     let srv = site.server();
     let full = srv.rise() + srv.fall() - 1;
-    let (health, change) = match h {
-        ForcedHealth::Up => (full, Change::Up),
-        ForcedHealth::Stopping => (full, Change::Stopping),
-        ForcedHealth::Down => (0, Change::Down),
+    let (health, to) = match h {
+        ForcedHealth::Up => (full, OpState::Up),
+        ForcedHealth::Stopping => (full, OpState::Stopping),
+        ForcedHealth::Down => (0, OpState::Down),
     };
-    srv.set_health(health);
-    if !srv.is_maint() {
-        mark(&site, change, &Cause::Reason(FROM_CLI));
-    }
+    transition::apply(
+        &site,
+        Change::Force { health, to },
+        &Cause::Reason(FROM_CLI),
+    );
     srv.touch();
 }
 
 /// `set server B/S agent up|down`: as `health`, for the agent's own verdict.
 fn force_agent(ctx: &Ctx, bi: usize, si: usize, word: Option<bool>) -> Output {
-    use crate::checks::health::{mark, Cause, Change, Site};
     let site = Site {
         state: &ctx.state,
         bi,
@@ -593,11 +594,7 @@ fn force_agent(ctx: &Ctx, bi: usize, si: usize, word: Option<bool>) -> Output {
     let Some(up) = word else {
         return Output::err(AGENT_EXPECTS);
     };
-    srv.set_agent_down(!up);
-    if !srv.is_maint() {
-        let change = if up { Change::Up } else { Change::Down };
-        mark(&site, change, &Cause::Reason(FROM_CLI));
-    }
+    transition::apply(&site, Change::ForceAgent { up }, &Cause::Reason(FROM_CLI));
     srv.touch();
     Output::empty()
 }
@@ -873,8 +870,12 @@ fn set_weight(ctx: &Ctx, bi: usize, si: usize, word: &str) -> Output {
         Ok(w) => w,
         Err(e) => return Output::err(e),
     };
-    srv.set_user_weight(w);
-    be.rebalance();
+    let site = Site {
+        state: &ctx.state,
+        bi,
+        si,
+    };
+    transition::apply(&site, Change::UserWeight(w), &Cause::Reason(FROM_CLI));
     Output::empty()
 }
 

@@ -469,8 +469,12 @@ fn show_stat_rows_have_haproxy_shape_and_live_counters() {
         );
     }
     // Maintenance / down servers and a down backend.
-    st.backends[0].servers[0].set_up(false);
-    st.backends[0].servers[1].set_up(false);
+    for s in &st.backends[0].servers[..2] {
+        s.apply(crate::lb::Change::Force {
+            health: 0,
+            to: crate::lb::OpState::Down,
+        });
+    }
     let out = render::show_stat(&ctx, render::StatFilter::ALL);
     let be = f(out.lines().nth(4).unwrap());
     assert_eq!((&be[17][..], &be[18][..], &be[19][..]), ("DOWN", "0", "0"));
@@ -1073,7 +1077,7 @@ fn passed_checks(ctx: &Ctx) {
     for s in ctx.state.backends.iter().flat_map(|b| b.servers.iter()) {
         if s.checked() {
             s.record_check(crate::checks::Status::L4Ok, None, Duration::ZERO, "");
-            s.set_health(s.rise() + s.fall());
+            s.apply(crate::lb::Change::Check { passed: true });
         }
     }
 }

@@ -26,7 +26,10 @@ mod static_rr;
 pub mod status;
 
 pub use backend::{AcquireError, BackendRt, Slot};
-pub use server::{AdminChange, AdminNote, AdminState, ProbeTargets, ServerRt, MAX_WEIGHT};
+pub use server::{
+    AdminNote, AdminState, Change, Effective, OpState, ProbeTargets, ServerRt, Transition,
+    MAX_WEIGHT,
+};
 
 #[cfg(test)]
 mod tests;

@@ -1,8 +1,14 @@
 //! Runtime state of one configured server: health, admin state, user weight
 //! and the counters the stats page and the CLI read.
 //!
-//! Owns: the atomics of a [`ServerRt`]. It does not decide anything: the
-//! selection algorithms and the queue in [`super::backend`] read these values.
+//! Owns: the atomics of a [`ServerRt`], and the rules by which its health, admin
+//! state and weight move: every such change is a [`Change`] given to
+//! [`ServerRt::apply`], which returns the [`Transition`] when what the selection
+//! or the log sees moved. The setters behind it are private (the selection tests
+//! in `lb` use three of them). What a transition *does* (the HAProxy log line,
+//! the rebalance, `shutdown-sessions`) is `crate::checks::transition::on`'s, not
+//! this file's. The selection algorithms and the queue in [`super::backend`] read
+//! these values.
 //!
 //! Invariants:
 //! - `cur_conns` and the queue counters only change under the owning
@@ -69,14 +75,104 @@ pub struct AdminNote {
     pub changed: Option<Instant>,
 }
 
-/// What [`ServerRt::set_admin`] changed in the server's traffic.
+/// HAProxy's operational state of a server: RUNNING, STOPPING (up, but no new
+/// traffic: `NOLB`), STOPPED. Maintenance is admin state and sits beside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AdminChange {
-    /// The server took traffic (up, not in maintenance) before the change.
-    pub was_running: bool,
-    /// It entered maintenance from a running state (HAProxy then marks it down,
-    /// which applies `on-marked-down shutdown-sessions`).
-    pub marked_down: bool,
+pub enum OpState {
+    Up,
+    Stopping,
+    Down,
+}
+
+impl OpState {
+    /// The word HAProxy's transition log line uses (`Server be/s1 is UP`).
+    pub fn word(self) -> &'static str {
+        match self {
+            OpState::Up => "UP",
+            OpState::Down => "DOWN",
+            OpState::Stopping => "stopping",
+        }
+    }
+}
+
+/// Every way a server's health, admin state or weight changes: the one argument
+/// of [`ServerRt::apply`]. Who sends which: the check loop `Check`, `observe
+/// layer4` `Observed`, the agent `AgentHealth`, `AgentDrain`, `AgentMaint` and
+/// `Weight`, the CLI and the server-state file `Force`, `ForceAgent`, `Admin`,
+/// `UserWeight` and `Weight`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// One health-check result through HAProxy's rise/fall machine
+    /// ([`super::status::step`]): DOWN at the fall, UP at the rise unless the
+    /// agent holds the server down.
+    Check { passed: bool },
+    /// `observe layer4` reached its limit: the health starts `from` this value,
+    /// then one failed check; DOWN at the fall, except in maintenance.
+    Observed { from: u32 },
+    /// The agent's health word: `up` (health to the top, UP) or `down`,
+    /// `stopped`, `fail` (health to 0, DOWN, held down until `up`).
+    AgentHealth { up: bool },
+    /// The agent's `drain` (true) or `ready` (false).
+    AgentDrain(bool),
+    /// The agent's `maint` (true) or `ready` (false). Not an admin change: no
+    /// admin note, no `on-marked-down` (as before this type existed).
+    AgentMaint(bool),
+    /// The operator's or the server-state file's forced state: the health set to
+    /// `health`, then the state to `to` unless in maintenance (HAProxy ignores
+    /// forced changes then).
+    Force { health: u32, to: OpState },
+    /// `set server B/S agent up|down`: the agent's verdict, then UP or DOWN unless
+    /// in maintenance.
+    ForceAgent { up: bool },
+    /// `set server B/S state`, `enable|disable server`, the server-state file.
+    Admin(AdminState),
+    /// `set weight`: a draining server keeps draining and gets it back when ready.
+    UserWeight(u32),
+    /// The weight itself (the agent's `N%`, the server-state file's user weight).
+    Weight(u32),
+}
+
+/// What the load balancer and the log see of a server: what [`ServerRt::usable`]
+/// reads, and the operational state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Effective {
+    pub op: OpState,
+    pub maint: bool,
+    pub weight: u32,
+    pub agent_drain: bool,
+}
+
+impl Effective {
+    /// Taking traffic as far as the admin state goes: up (or stopping), not in
+    /// maintenance (HAProxy marks such a server down when it enters maintenance).
+    pub fn running(&self) -> bool {
+        self.op != OpState::Down && !self.maint
+    }
+}
+
+/// A change that moved a server's [`Effective`] state, as [`ServerRt::apply`]
+/// returns it; `crate::checks::transition::on` acts on it (log, rebalance,
+/// shut flows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transition {
+    pub change: Change,
+    pub was: Effective,
+    pub now: Effective,
+}
+
+impl Transition {
+    /// The new operational state, when it moved (the log line's word).
+    pub fn op_moved(&self) -> Option<OpState> {
+        (self.was.op != self.now.op).then_some(self.now.op)
+    }
+
+    /// An admin change put a running server in maintenance: HAProxy marks it
+    /// down, which applies `on-marked-down shutdown-sessions`.
+    pub fn marked_down(&self) -> bool {
+        matches!(self.change, Change::Admin(AdminState::Maint))
+            && self.was.running()
+            && self.now.maint
+    }
 }
 
 /// Largest user weight HAProxy accepts (`weight` keyword and `set weight`).
@@ -334,8 +430,116 @@ impl ServerRt {
     }
 
     /// Set the user weight; values above [`MAX_WEIGHT`] are clamped.
-    pub fn set_weight(&self, w: u32) {
+    pub(super) fn set_weight(&self, w: u32) {
         self.weight.store(w.min(MAX_WEIGHT), Ordering::Relaxed);
+    }
+
+    /// What the load balancer and the log see of the server now.
+    pub fn effective(&self) -> Effective {
+        let op = if !self.is_up() {
+            OpState::Down
+        } else if self.is_stopping() {
+            OpState::Stopping
+        } else {
+            OpState::Up
+        };
+        Effective {
+            op,
+            maint: self.is_maint(),
+            weight: self.weight(),
+            agent_drain: self.is_agent_drain(),
+        }
+    }
+
+    /// Make `change`: the one way the server's health, admin state and weight
+    /// change. Returns the [`Transition`] when what the load balancer or the log
+    /// sees moved (`None`: at most the health counter or the agent's verdict did);
+    /// the caller hands it to `crate::checks::transition::on`, which logs,
+    /// rebalances and shuts flows as HAProxy does.
+    pub fn apply(&self, change: Change) -> Option<Transition> {
+        let was = self.effective();
+        match change {
+            Change::Check { passed } => {
+                if let Some(up) = self.check_result(passed) {
+                    // The agent's `down` keeps the server down whatever the check says.
+                    if !(up && self.is_agent_down()) {
+                        self.move_to(if up { OpState::Up } else { OpState::Down });
+                    }
+                }
+            }
+            Change::Observed { from } => {
+                self.set_health(from);
+                if self.check_result(false) == Some(false) && !self.is_maint() {
+                    self.move_to(OpState::Down);
+                }
+            }
+            Change::AgentHealth { up: true } => {
+                self.set_agent_down(false);
+                self.set_health(self.rise + self.fall);
+                if !self.is_up() {
+                    self.move_to(OpState::Up);
+                }
+            }
+            Change::AgentHealth { up: false } => {
+                self.set_agent_down(true);
+                if self.health() > 0 {
+                    self.count_chkfail();
+                }
+                self.set_health(0);
+                if self.is_up() {
+                    self.move_to(OpState::Down);
+                }
+            }
+            Change::AgentDrain(on) => self.set_agent_drain(on),
+            Change::AgentMaint(on) => self.set_maint(on),
+            Change::Force { health, to } => {
+                self.set_health(health);
+                if !self.is_maint() {
+                    self.move_to(to);
+                }
+            }
+            Change::ForceAgent { up } => {
+                self.set_agent_down(!up);
+                if !self.is_maint() {
+                    self.move_to(if up { OpState::Up } else { OpState::Down });
+                }
+            }
+            Change::Admin(st) => self.set_admin(st),
+            Change::UserWeight(w) => self.set_user_weight(w),
+            Change::Weight(w) => self.set_weight(w),
+        }
+        let now = self.effective();
+        (was != now).then_some(Transition { change, was, now })
+    }
+
+    /// One check result through the rise/fall machine: the new health and
+    /// `chkfail`; `Some(up)` when it says the state changes.
+    fn check_result(&self, passed: bool) -> Option<bool> {
+        let st = super::status::step(self.health(), self.is_up(), passed, self.rise, self.fall);
+        self.set_health(st.health);
+        if st.counted_failure {
+            self.count_chkfail();
+        }
+        st.transition
+    }
+
+    /// Move the operational state to `to` (nothing when already there): UP and
+    /// DOWN through [`Self::transition`] (which ends `stopping`), STOPPING as up
+    /// and not taking new traffic.
+    fn move_to(&self, to: OpState) {
+        match to {
+            OpState::Up => {
+                self.set_stopping(false);
+                self.transition(true);
+            }
+            OpState::Down => {
+                self.transition(false);
+            }
+            OpState::Stopping => {
+                self.transition(true);
+                self.set_stopping(true);
+            }
+        }
     }
 
     fn admin_note_mut<R>(&self, f: impl FnOnce(&mut AdminNote) -> R) -> R {
@@ -357,10 +561,8 @@ impl ServerRt {
 
     /// HAProxy's admin transitions: maintenance clears drain, drain clears
     /// maintenance, ready clears both; a drain keeps the user weight to give
-    /// back. The caller rebalances and applies `shutdown-sessions` (the one
-    /// place is `checks::set_admin`).
-    pub fn set_admin(&self, st: AdminState) -> AdminChange {
-        let was_running = self.is_up() && !self.is_maint();
+    /// back.
+    fn set_admin(&self, st: AdminState) {
         self.admin_note_mut(|n| {
             n.changed = Some(Instant::now());
             match st {
@@ -379,15 +581,11 @@ impl ServerRt {
                 }
             }
         });
-        AdminChange {
-            was_running,
-            marked_down: st == AdminState::Maint && was_running,
-        }
     }
 
     /// `set weight`: a draining server keeps draining and gets `w` back when
     /// made ready.
-    pub fn set_user_weight(&self, w: u32) {
+    fn set_user_weight(&self, w: u32) {
         self.admin_note_mut(|n| {
             n.changed = Some(Instant::now());
             match n.drain_weight.as_mut() {
@@ -407,7 +605,7 @@ impl ServerRt {
         self.up.load(Ordering::Relaxed)
     }
 
-    pub fn set_up(&self, up: bool) {
+    pub(super) fn set_up(&self, up: bool) {
         self.up.store(up, Ordering::Relaxed);
     }
 
@@ -416,7 +614,7 @@ impl ServerRt {
         self.maint.load(Ordering::Relaxed)
     }
 
-    pub fn set_maint(&self, maint: bool) {
+    pub(super) fn set_maint(&self, maint: bool) {
         self.maint.store(maint, Ordering::Relaxed);
     }
 
@@ -541,7 +739,7 @@ impl ServerRt {
     }
 
     /// Set the health, clamped to `0..rise + fall`.
-    pub fn set_health(&self, h: u32) {
+    fn set_health(&self, h: u32) {
         let max = (self.rise + self.fall).saturating_sub(1);
         self.health.store(h.min(max), Ordering::Relaxed);
     }
@@ -551,7 +749,7 @@ impl ServerRt {
         self.agent_drain.load(Ordering::Relaxed)
     }
 
-    pub fn set_agent_drain(&self, on: bool) {
+    fn set_agent_drain(&self, on: bool) {
         self.agent_drain.store(on, Ordering::Relaxed);
     }
 
@@ -560,7 +758,7 @@ impl ServerRt {
         self.agent_down.load(Ordering::Relaxed)
     }
 
-    pub fn set_agent_down(&self, on: bool) {
+    fn set_agent_down(&self, on: bool) {
         self.agent_down.store(on, Ordering::Relaxed);
     }
 
@@ -578,7 +776,7 @@ impl ServerRt {
         self.chkfail.load(Ordering::Relaxed)
     }
 
-    pub fn count_chkfail(&self) {
+    fn count_chkfail(&self) {
         self.chkfail.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -609,7 +807,7 @@ impl ServerRt {
     /// Change the operational state (UP/DOWN) as a check decided: sets the health
     /// flag, the last-change time, the downtime and `chkdown`. Returns false when the
     /// server already was in that state.
-    pub fn transition(&self, up: bool) -> bool {
+    fn transition(&self, up: bool) -> bool {
         let mut r = self.report.lock().unwrap_or_else(PoisonError::into_inner);
         if self.is_up() == up {
             return false;
@@ -645,7 +843,7 @@ impl ServerRt {
         self.stopping.load(Ordering::Relaxed)
     }
 
-    pub fn set_stopping(&self, on: bool) {
+    fn set_stopping(&self, on: bool) {
         self.stopping.store(on, Ordering::Relaxed);
     }
 

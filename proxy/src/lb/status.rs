@@ -2,6 +2,7 @@
 //! check statuses and the `rise`/`fall` defaults. The check tasks
 //! (`crate::checks`) produce them; `lb` stores them and the CLI renders them.
 //! Here, below `checks`, so that `lb` needs nothing from the layers above it.
+//! So is HAProxy's rise/fall machine ([`step`]), which `ServerRt::apply` runs.
 
 /// HAProxy's default `rise`.
 pub const DEFAULT_RISE: u32 = 2;
@@ -85,5 +86,48 @@ impl Status {
     /// Layer 5-7 data available: the check code is meaningful (HAProxy prints it).
     pub fn has_code(self) -> bool {
         matches!(self, Status::L7Ok | Status::L7Sts)
+    }
+}
+
+/// What one result does to the health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    pub health: u32,
+    /// `Some(up)` when the server changes state.
+    pub transition: Option<bool>,
+    /// The failure counts in `chkfail`.
+    pub counted_failure: bool,
+}
+
+/// Apply one check result (`passed`) to `health` of a server that is `up`.
+pub fn step(health: u32, up: bool, passed: bool, rise: u32, fall: u32) -> Step {
+    let max = (rise + fall).saturating_sub(1);
+    let mut h = health.min(max);
+    let mut counted_failure = false;
+    if passed {
+        if h < max {
+            h += 1;
+            if h >= rise {
+                h = max;
+            }
+        }
+    } else if h > 0 {
+        counted_failure = true;
+        h -= 1;
+        if h < rise {
+            h = 0;
+        }
+    }
+    let transition = if !up && passed && h >= rise {
+        Some(true)
+    } else if up && !passed && h < rise {
+        Some(false)
+    } else {
+        None
+    };
+    Step {
+        health: h,
+        transition,
+        counted_failure,
     }
 }

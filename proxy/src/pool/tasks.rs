@@ -113,9 +113,10 @@ fn refill(state: &Arc<Runtime>, tid: usize, bi: usize, si: usize) {
         let timeout = state.config.backends[bi].timeouts.connect;
         let _ = scheduler::spawn(Class::Normal, "pool-connect", async move {
             let rt = &st.backends[bi].servers[si];
-            let made = crate::lb::spares::connect(addr, timeout)
-                .await
-                .and_then(|s| s.into_std());
+            let made = match crate::lb::spares::connect(addr, timeout).await {
+                Ok(s) => s.into_std().map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
             match made {
                 Ok(sock) => rt.pool.push(tid, sock, addr, gen, rt.addr(), rt.usable()),
                 Err(e) => {

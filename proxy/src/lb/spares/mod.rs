@@ -40,6 +40,7 @@
 //! [`ServerPool::take`] compares the spare's address with the server's current one,
 //! so no flow after an address change reaches the old address.
 
+mod connect;
 mod sizing;
 #[cfg(test)]
 mod tests;
@@ -55,6 +56,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::PoolParams;
 
+pub use connect::{connect, ConnectError};
 pub use sizing::{per_thread_target, Sizing};
 
 thread_local! {
@@ -619,30 +621,5 @@ impl ServerPool {
             dead: self.dead.load(Ordering::Relaxed),
             purged: self.purged.load(Ordering::Relaxed),
         }
-    }
-}
-
-/// A fresh connection to `addr` (TCP_NODELAY), bounded by `timeout connect`:
-/// a flow's own connect and a spare's alike.
-pub async fn connect(
-    addr: SocketAddr,
-    timeout: Option<Duration>,
-) -> std::io::Result<tokio::net::TcpStream> {
-    let sock = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    sock.set_nodelay(true)?;
-    let fut = sock.connect(addr);
-    match timeout {
-        Some(t) => match tokio::time::timeout(t, fut).await {
-            Ok(r) => r,
-            Err(_) => Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "connect timeout",
-            )),
-        },
-        None => fut.await,
     }
 }

@@ -1,0 +1,156 @@
+//! A fresh server connection (a flow's own connect and a spare's alike), and what
+//! its failure says: which side it came from and whether another attempt may help.
+//!
+//! Owns: [`connect`] and [`ConnectError`]. The retry loop (`session.rs`,
+//! `retries`, `option redispatch`) asks [`ConnectError::retryable`], never the
+//! errno itself. The classes are HAProxy's `SF_ERR_*` of `tcp_connect_server`.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::handoff::Origin;
+
+/// Why a connect to a server failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The server refused, reset or could not be reached (HAProxy's
+    /// `SF_ERR_SRVCL`).
+    #[error("connect to {addr}: {source}")]
+    Server { addr: SocketAddr, source: io::Error },
+    /// `timeout connect` passed (`SF_ERR_SRVTO`).
+    #[error("connect to {addr}: connect timeout after {after:?}")]
+    Timeout { addr: SocketAddr, after: Duration },
+    /// No local resource for the socket: file descriptors, memory, a free
+    /// source port (`SF_ERR_RESOURCE`). They come back as flows end.
+    #[error("no local resource to connect to {addr}: {source}")]
+    Resource { addr: SocketAddr, source: io::Error },
+    /// The socket could not be made or set up for another reason (an address
+    /// family this host does not have, a refused socket option:
+    /// `SF_ERR_INTERNAL`). It would fail the same way again.
+    #[error("cannot set up a socket to {addr}: {source}")]
+    Internal { addr: SocketAddr, source: io::Error },
+}
+
+impl ConnectError {
+    /// Another attempt may succeed: every failure but an internal one (HAProxy
+    /// retries all others, within `retries`, and aborts on `SF_ERR_INTERNAL`).
+    pub fn retryable(&self) -> bool {
+        !matches!(self, ConnectError::Internal { .. })
+    }
+
+    /// A timeout: `timeout connect`, or the kernel's own SYN retries running out
+    /// without one (logged `s`, not `S`).
+    pub fn timed_out(&self) -> bool {
+        match self {
+            ConnectError::Timeout { .. } => true,
+            ConnectError::Server { source, .. } => source.kind() == io::ErrorKind::TimedOut,
+            _ => false,
+        }
+    }
+
+    /// Which side the failure came from: the server's, or shunt's own.
+    pub fn origin(&self) -> Origin {
+        match self {
+            ConnectError::Server { .. } | ConnectError::Timeout { .. } => Origin::Server,
+            ConnectError::Resource { .. } | ConnectError::Internal { .. } => Origin::Internal,
+        }
+    }
+
+    /// Setting up the local socket failed with `e`.
+    fn local(addr: SocketAddr, source: io::Error) -> Self {
+        // HAProxy's resource errnos of socket() and connect().
+        let resource = matches!(
+            source.raw_os_error(),
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EAGAIN)
+                | Some(libc::EADDRINUSE | libc::EADDRNOTAVAIL)
+        );
+        if resource {
+            ConnectError::Resource { addr, source }
+        } else {
+            ConnectError::Internal { addr, source }
+        }
+    }
+}
+
+/// A fresh connection to `addr` (TCP_NODELAY), bounded by `timeout connect`:
+/// a flow's own connect and a spare's alike.
+pub async fn connect(
+    addr: SocketAddr,
+    timeout: Option<Duration>,
+) -> Result<tokio::net::TcpStream, ConnectError> {
+    let sock = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .map_err(|e| ConnectError::local(addr, e))?;
+    sock.set_nodelay(true)
+        .map_err(|e| ConnectError::local(addr, e))?;
+    let fut = sock.connect(addr);
+    let done = match timeout {
+        Some(after) => tokio::time::timeout(after, fut)
+            .await
+            .map_err(|_| ConnectError::Timeout { addr, after })?,
+        None => fut.await,
+    };
+    done.map_err(|e| match e.raw_os_error() {
+        Some(libc::EADDRINUSE | libc::EADDRNOTAVAIL | libc::EAGAIN) => {
+            ConnectError::Resource { addr, source: e }
+        }
+        _ => ConnectError::Server { addr, source: e },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 9))
+    }
+
+    #[test]
+    fn local_failures_are_resource_or_internal() {
+        let err = |errno| ConnectError::local(addr(), io::Error::from_raw_os_error(errno));
+        for errno in [
+            libc::EMFILE,
+            libc::ENFILE,
+            libc::ENOBUFS,
+            libc::EADDRNOTAVAIL,
+        ] {
+            let e = err(errno);
+            assert!(matches!(e, ConnectError::Resource { .. }), "{e}");
+            assert!(e.retryable() && !e.timed_out());
+            assert_eq!(e.origin(), Origin::Internal);
+        }
+        let e = err(libc::EAFNOSUPPORT);
+        assert!(matches!(e, ConnectError::Internal { .. }), "{e}");
+        assert!(!e.retryable(), "it would fail the same way again");
+        assert_eq!(e.origin(), Origin::Internal);
+    }
+
+    #[test]
+    fn a_refused_connect_is_the_servers_and_retryable() {
+        // A port nobody listens on: bound, its address taken, then closed.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("bind a port");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let e = rt
+            .block_on(connect(closed, Some(Duration::from_secs(5))))
+            .expect_err("nothing listens there");
+        assert!(matches!(e, ConnectError::Server { .. }), "{e}");
+        assert!(e.retryable() && !e.timed_out());
+        assert_eq!(e.origin(), Origin::Server);
+        let t = ConnectError::Timeout {
+            addr: closed,
+            after: Duration::from_millis(5),
+        };
+        assert!(t.retryable() && t.timed_out());
+        assert_eq!(t.origin(), Origin::Server);
+    }
+}
