@@ -24,6 +24,7 @@ mod tests;
 use std::future::Future;
 use std::io;
 use std::os::fd::AsFd;
+use std::pin::{pin, Pin};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -251,8 +252,24 @@ pub(crate) async fn forward_in(
         None => (None, None),
     };
     let end = {
-        let c2s = direction(&flow, CLIENT_TO_SERVER, &client, &server, pending, up);
-        let s2c = direction(&flow, SERVER_TO_CLIENT, &server, &client, Vec::new(), down);
+        // Pinned where they are made: a future moved into `drive` would be stored
+        // twice in this one (see `drive`).
+        let c2s = pin!(direction(
+            &flow,
+            CLIENT_TO_SERVER,
+            &client,
+            &server,
+            pending,
+            up
+        ));
+        let s2c = pin!(direction(
+            &flow,
+            SERVER_TO_CLIENT,
+            &server,
+            &client,
+            Vec::new(),
+            down
+        ));
         drive(&flow, &timeouts, c2s, s2c, &|| {}).await
     };
     if flow.fell_back.get() {
@@ -323,10 +340,24 @@ async fn run_kernel(
     let mut member = sockmap::Member::join();
     let end = loop {
         let asked = {
-            let c2s = sockmap::run(flow, &ins, CLIENT_TO_SERVER, client, server, &st[0]);
-            let s2c = sockmap::run(flow, &ins, SERVER_TO_CLIENT, server, client, &st[1]);
+            let c2s = pin!(sockmap::run(
+                flow,
+                &ins,
+                CLIENT_TO_SERVER,
+                client,
+                server,
+                &st[0]
+            ));
+            let s2c = pin!(sockmap::run(
+                flow,
+                &ins,
+                SERVER_TO_CLIENT,
+                server,
+                client,
+                &st[1]
+            ));
             let refresh = || ins.account_all(flow);
-            let driven = drive(flow, &timeouts, c2s, s2c, &refresh);
+            let driven = pin!(drive(flow, &timeouts, c2s, s2c, &refresh));
             tokio::select! {
                 end = driven => Err(end),
                 () = member.requested() => Ok(()),
@@ -486,15 +517,17 @@ async fn direction(
 /// `refresh` brings activity seen elsewhere (the kernel's counters in sockmap
 /// mode) into `flow` before a timeout is declared, so a late poll of those
 /// counters can never expire an active flow.
+///
+/// The directions come pinned by the caller, made in place: a future taken by
+/// value and pinned here would be stored twice in the flow's state (the argument
+/// and the pinned local), which every idle flow pays for in memory.
 async fn drive(
     flow: &Flow<'_>,
     t: &FlowTimeouts,
-    c2s: impl Future<Output = Result<(), DirError>>,
-    s2c: impl Future<Output = Result<(), DirError>>,
+    mut c2s: Pin<&mut impl Future<Output = Result<(), DirError>>>,
+    mut s2c: Pin<&mut impl Future<Output = Result<(), DirError>>>,
     refresh: &dyn Fn(),
 ) -> End {
-    tokio::pin!(c2s);
-    tokio::pin!(s2c);
     let (mut up_done, mut down_done) = (false, false);
     loop {
         if up_done && down_done {
