@@ -27,6 +27,7 @@ mod tests;
 use std::future::Future;
 use std::io;
 use std::os::fd::AsFd;
+use std::pin::{pin, Pin};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -293,7 +294,9 @@ pub(crate) async fn forward_in(
         let splice = mode == Mode::Splice;
         let driven = {
             let pending = std::mem::take(&mut pending);
-            let c2s = direction(
+            // Pinned where they are made: a future moved into `drive` would be
+            // stored twice in this one (see `drive`).
+            let c2s = pin!(direction(
                 &flow,
                 CLIENT_TO_SERVER,
                 &client,
@@ -302,8 +305,8 @@ pub(crate) async fn forward_in(
                 pool,
                 splice,
                 auto,
-            );
-            let s2c = direction(
+            ));
+            let s2c = pin!(direction(
                 &flow,
                 SERVER_TO_CLIENT,
                 &server,
@@ -312,7 +315,7 @@ pub(crate) async fn forward_in(
                 pool,
                 splice,
                 auto,
-            );
+            ));
             drive(&flow, &timeouts, c2s, s2c, &|| {}).await
             // Both directions' futures are dropped here: on a promotion each
             // holds nothing (parked, or waiting for bytes).
@@ -396,16 +399,30 @@ async fn run_kernel(
     let mut member = sockmap::Member::join();
     let end = loop {
         let asked = {
-            let c2s = sockmap::run(flow, &ins, CLIENT_TO_SERVER, client, server, &st[0]);
-            let s2c = sockmap::run(flow, &ins, SERVER_TO_CLIENT, server, client, &st[1]);
+            let c2s = pin!(sockmap::run(
+                flow,
+                &ins,
+                CLIENT_TO_SERVER,
+                client,
+                server,
+                &st[0]
+            ));
+            let s2c = pin!(sockmap::run(
+                flow,
+                &ins,
+                SERVER_TO_CLIENT,
+                server,
+                client,
+                &st[1]
+            ));
             let refresh = || ins.account_all(flow);
-            let driven = async {
+            let driven = pin!(async {
                 match drive(flow, &timeouts, c2s, s2c, &refresh).await {
                     Driven::End(end) => end,
                     // Never asked for here: the flow is already in the kernel.
                     Driven::Quiescent => End::Done,
                 }
-            };
+            });
             tokio::select! {
                 end = driven => Err(end),
                 () = member.requested() => Ok(()),
@@ -600,15 +617,17 @@ enum Driven {
 /// `refresh` brings activity seen elsewhere (the kernel's counters in sockmap
 /// mode) into `flow` before a timeout is declared, so a late poll of those
 /// counters can never expire an active flow.
+///
+/// The directions come pinned by the caller, made in place: a future taken by
+/// value and pinned here would be stored twice in the flow's state (the argument
+/// and the pinned local), which every idle flow pays for in memory.
 async fn drive(
     flow: &Flow<'_>,
     t: &FlowTimeouts,
-    c2s: impl Future<Output = Result<(), DirError>>,
-    s2c: impl Future<Output = Result<(), DirError>>,
+    mut c2s: Pin<&mut impl Future<Output = Result<(), DirError>>>,
+    mut s2c: Pin<&mut impl Future<Output = Result<(), DirError>>>,
     refresh: &dyn Fn(),
 ) -> Driven {
-    tokio::pin!(c2s);
-    tokio::pin!(s2c);
     let (mut up_done, mut down_done) = (false, false);
     loop {
         if up_done && down_done {

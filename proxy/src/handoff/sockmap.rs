@@ -84,7 +84,8 @@ pub const DEFAULT_MAX_INFLIGHT: usize = 8 << 20;
 /// Smallest accepted bound: below this, flows would pause on every burst.
 pub const MIN_MAX_INFLIGHT: usize = 256 << 10;
 /// Userspace buffer for passed bytes (bounded: the rest waits in the kernel,
-/// where it closes the source's receive window).
+/// where it closes the source's receive window). Taken by a direction only when
+/// the verdict first passes it bytes, so an idle flow holds none.
 const PASS_BUF: usize = 256 * 1024;
 /// Poll period while bytes are moving (counters, backpressure).
 const TICK_ACTIVE: Duration = Duration::from_millis(2);
@@ -737,10 +738,14 @@ enum Passed {
 /// partly there would later meet the verdict whole and be sent twice. EOF
 /// and unprocessed bytes are told apart with a peek, which consumes nothing.
 /// `WouldBlock` when there is nothing at all (so readiness is cleared).
-fn read_passed(from: &TcpStream, buf: &mut [u8]) -> io::Result<Passed> {
+fn read_passed(from: &TcpStream, buf: &mut Vec<u8>) -> io::Result<Passed> {
     let fd = from.as_fd();
     let queued = sock::inq(fd)?;
     if queued > 0 {
+        if buf.is_empty() {
+            // calloc: the pages are touched only as bytes land in them.
+            *buf = vec![0u8; PASS_BUF];
+        }
         let want = queued.min(buf.len());
         let n = sock::recv_nowait(fd, &mut buf[..want], false)?;
         return Ok(if n == 0 { Passed::Eof } else { Passed::Data(n) });
@@ -812,7 +817,8 @@ pub(crate) async fn run(
     if st.done.get() {
         return Ok(());
     }
-    let mut buf = vec![0u8; PASS_BUF];
+    // Empty until the first passed bytes (`read_passed`).
+    let mut buf = Vec::new();
     let mut tick = TICK_ACTIVE;
     let mut idle_ticks = 0u32;
     let mut eof_waits = 0u32;

@@ -143,7 +143,10 @@ fn emit(fe: usize, level: u8, line: String) {
 /// The log record of one flow, emitted when it drops (every exit path of the
 /// session, including a hard stop that cancels the flow: `K` then).
 pub struct FlowGuard {
-    inner: Option<Inner>,
+    /// Boxed: the guard lives in the flow's future for the whole flow, and a flow
+    /// whose frontend logs nothing (or logged at accept) should carry 8 bytes, not
+    /// the whole record.
+    inner: Option<Box<Inner>>,
 }
 
 /// What a flow's log line reads from the running process when it is sent:
@@ -196,7 +199,9 @@ impl FlowGuard {
             inner.send();
             return Self { inner: None };
         }
-        Self { inner: Some(inner) }
+        Self {
+            inner: Some(Box::new(inner)),
+        }
     }
 
     fn with(&mut self, f: impl FnOnce(&mut Inner)) {
