@@ -266,7 +266,7 @@ pub(crate) async fn forward_in(
     loop {
         if mode == Mode::Sockmap {
             let pending = std::mem::take(&mut pending);
-            let (ins, st) = match insert_kernel(&flow, &client, &server, pending).await {
+            let (ins, st) = match Box::pin(insert_kernel(&flow, &client, &server, pending)).await {
                 Ok(i) => i,
                 Err(KernelFallback::Splice(why)) => {
                     tracing::debug!(reason = %why, "flow not eligible for sockmap; forwarding in userspace");
@@ -283,8 +283,19 @@ pub(crate) async fn forward_in(
                 meter.promoted();
             }
             let route = meter.route();
-            return match run_kernel(&flow, &client, &server, ins, st, timeouts, (0, 0), route).await
-            {
+            // Boxed: the kernel stage is the largest state of this future, and
+            // a flow that stays in userspace should not carry its room.
+            let kernel = Box::pin(run_kernel(
+                &flow,
+                &client,
+                &server,
+                ins,
+                st,
+                timeouts,
+                (0, 0),
+                route,
+            ));
+            return match kernel.await {
                 KernelEnd::Ended(end) => {
                     finish(&flow, &client, &server, Mode::Sockmap, end, promoted)
                 }
