@@ -665,6 +665,13 @@ async fn worker_main(
     for t in &tasks {
         t.abort();
     }
+    // Then this worker's flows, accepted or adopted: each is registered with
+    // its task from the moment it was spawned (no flow waits on the phase
+    // itself, which would be a watch future in every flow).
+    let closed = crate::stats::flows::abort_where(|_| true);
+    if closed > 0 {
+        tracing::debug!(closed, "hard stop: flows closed");
+    }
 }
 
 /// Wait until a new flow fits (true), or the process stops running (false).
@@ -740,8 +747,8 @@ async fn accept_loop(state: Arc<Runtime>, fe_idx: usize, listener: TcpListener) 
                 }
                 let guard = ConnGuard::new(state.clone());
                 let st = state.clone();
-                let mut ph = state.lifecycle.subscribe();
                 // Owned by the future: aborting the task unregisters the flow.
+                // A hard stop aborts it through the registry (`worker_main`).
                 let reg = crate::stats::flows::Registered::new(
                     fe_idx,
                     peer,
@@ -751,10 +758,7 @@ async fn accept_loop(state: Arc<Runtime>, fe_idx: usize, listener: TcpListener) 
                 let task = scheduler::spawn(Class::Normal, scheduler::FLOW_TASK, async move {
                     let _guard = guard;
                     let _reg = reg;
-                    tokio::select! {
-                        _ = crate::session::run(st, fe_idx, sock, peer, id) => {}
-                        _ = ph.wait_for(|p| *p == Phase::HardStop) => {}
-                    }
+                    crate::session::run(st, fe_idx, sock, peer, id).await;
                 });
                 crate::stats::flows::set_task(id, task);
             }

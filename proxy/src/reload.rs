@@ -970,14 +970,20 @@ pub fn spawn_adopted(state: &std::sync::Arc<crate::runtime::Runtime>, flow: Adop
     });
     let guard = crate::runtime::ConnGuard::new(state.clone());
     let st = state.clone();
-    let mut phase = state.lifecycle.subscribe();
+    // A hard stop aborts the task through the registry, as an accepted flow's.
     let task = scheduler::spawn(Class::Normal, scheduler::FLOW_TASK, async move {
         let _guard = guard;
         let _reg = reg;
-        tokio::select! {
-            () = run_adopted(st, client, server, peer, snap, (to_server, to_client), route) => {}
-            _ = phase.wait_for(|p| *p == crate::runtime::Phase::HardStop) => {}
-        }
+        run_adopted(
+            st,
+            client,
+            server,
+            peer,
+            snap,
+            (to_server, to_client),
+            route,
+        )
+        .await;
     });
     flows::set_task(id, task);
 }

@@ -18,6 +18,19 @@ use crate::sys::sock;
 /// bulk flow, small enough for many flows (2 x 64 KiB each).
 pub const COPY_BUF_SIZE: usize = 64 * 1024;
 
+/// Waits until `s` is readable. `poll_read_ready` keeps the waker in the
+/// socket's own reader slot, so the waiting future holds only the borrow
+/// (tokio's `readable()` future is 152 bytes, in every idle flow twice). Each
+/// socket of a flow has one reader and one writer: its two directions.
+pub async fn read_ready(s: &TcpStream) -> io::Result<()> {
+    std::future::poll_fn(|cx| s.poll_read_ready(cx)).await
+}
+
+/// Waits until `s` is writable (the writer's slot; see [`read_ready`]).
+pub async fn write_ready(s: &TcpStream) -> io::Result<()> {
+    std::future::poll_fn(|cx| s.poll_write_ready(cx)).await
+}
+
 /// Writes all of `data` to `to`, waiting for writability as needed.
 pub async fn write_all(
     flow: &Flow<'_>,
@@ -33,7 +46,9 @@ pub async fn write_all(
                 flow.wrote(dir.to, n);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                to.writable().await.map_err(|e| DirError::new(dir.to, e))?;
+                write_ready(to)
+                    .await
+                    .map_err(|e| DirError::new(dir.to, e))?;
             }
             Err(e) => return Err(DirError::new(dir.to, e)),
         }
@@ -161,12 +176,14 @@ pub async fn run(
     let mut burst = 0usize;
     loop {
         if flow.must_park(dir.from) {
-            flow.park(dir.from).await;
+            // Parking and reading dry are rare (once per promotion): boxed, so
+            // their states are not in every direction's future.
+            Box::pin(flow.park(dir.from)).await;
             continue;
         }
         // Wait for bytes holding no buffer.
         flow.set_waiting(dir.from, true);
-        let ready = from.readable().await;
+        let ready = read_ready(from).await;
         flow.set_waiting(dir.from, false);
         ready.map_err(|e| DirError::new(dir.from, e))?;
         let mut buf = Buf::take();
@@ -177,7 +194,7 @@ pub async fn run(
             if flow.parking() {
                 // Not dry: read the whole queue at once (see `read_dry`).
                 drop(buf);
-                if read_dry(flow, dir, from, to).await? {
+                if Box::pin(read_dry(flow, dir, from, to)).await? {
                     return Ok(Exit::Eof);
                 }
                 break;

@@ -135,13 +135,13 @@ pub struct Flow<'m> {
     pub fell_back: Cell<bool>,
     /// Set once a splice write moved bytes.
     pub spliced: Cell<bool>,
-    /// Signalled when a half-close may have shortened a timeout.
-    pub shut_changed: Notify,
     /// `auto`'s promotion state (see `handoff`'s "Promotion").
     promo: Promotion,
-    /// Signalled when a promotion is asked for and when a direction may have
-    /// become parkable while parking.
-    pub quiesced: Notify,
+    /// Signalled when the driver must look again: a half-close may have
+    /// shortened a timeout, a promotion was asked for, or a direction may
+    /// have become parkable (one `Notify`: each is 64 bytes of every flow's
+    /// future while it waits).
+    pub changed: Notify,
     /// Woken when a promotion is called off: parked directions go on.
     resumed: Notify,
 }
@@ -164,9 +164,8 @@ impl<'m> Flow<'m> {
             server_half: Cell::new(false),
             fell_back: Cell::new(false),
             spliced: Cell::new(false),
-            shut_changed: Notify::new(),
             promo: Promotion::new(promote),
-            quiesced: Notify::new(),
+            changed: Notify::new(),
             resumed: Notify::new(),
         }
     }
@@ -186,7 +185,7 @@ impl<'m> Flow<'m> {
             p.parking.set(Some(Instant::now()));
             // The driver must learn the park deadline.
             tracing::debug!(?side, "promotion asked for");
-            self.quiesced.notify_one();
+            self.changed.notify_one();
         }
     }
 
@@ -260,7 +259,7 @@ impl<'m> Flow<'m> {
     pub fn set_waiting(&self, from: Side, waiting: bool) {
         self.promo.side(from).waiting.set(waiting);
         if waiting && self.parking() {
-            self.quiesced.notify_one();
+            self.changed.notify_one();
         }
     }
 
@@ -323,7 +322,7 @@ impl<'m> Flow<'m> {
     /// `side`'s socket got shut in one direction.
     pub fn shut(&self, side: Side) {
         if !self.half_cell(side).replace(true) {
-            self.shut_changed.notify_one();
+            self.changed.notify_one();
         }
     }
 

@@ -232,13 +232,17 @@ pub async fn forward(
 /// # Promotion
 /// In `Plan::Auto` with a promotion policy, the flow starts in userspace and
 /// its reads are weighed (`Flow::read`). When they tip the balance the flow
-/// asks its directions to park: each stops reading, writes out what it holds
-/// (copy buffer or pipe, with the cork pushed) and waits holding nothing.
-/// Once both are parked or waiting for bytes with nothing held, their
-/// futures are dropped, and the pair is inserted exactly as a new flow's
-/// (`sockmap`'s "Race window"): every byte userspace read is in the peer's
-/// send queue, every byte it did not read is still in its socket's receive
-/// queue, where the verdict meets it. A pair the kernel refuses goes on in
+/// asks its directions to park: each writes out what it holds (copy buffer
+/// or pipe, with the cork pushed), reads its socket's queue empty with one
+/// read larger than it (`copy::read_dry`: the kernel hands the verdict whole
+/// segments, so a segment read in part would be forwarded twice), and waits
+/// holding nothing without reading again. Once both wait so, their futures
+/// are dropped, and the pair is inserted exactly as a new flow's (`sockmap`'s
+/// "Race window"): every byte userspace read is in the peer's send queue,
+/// every byte it did not read is in whole segments in its socket's receive
+/// queue, where the verdict meets them. Directions that do not get there in
+/// `promote::PARK_LIMIT` call the promotion off (the flow is watched again,
+/// a bounded number of times); a pair the kernel refuses goes on in
 /// userspace, never watched again.
 pub(crate) async fn forward_in(
     pool: &PipePool,
@@ -283,8 +287,7 @@ pub(crate) async fn forward_in(
                 meter.promoted();
             }
             let route = meter.route();
-            // Boxed: the kernel stage is the largest state of this future, and
-            // a flow that stays in userspace should not carry its room.
+            // Boxed: see `userspace` below.
             let kernel = Box::pin(run_kernel(
                 &flow,
                 &client,
@@ -303,34 +306,19 @@ pub(crate) async fn forward_in(
             };
         }
         let splice = mode == Mode::Splice;
-        let driven = {
-            let pending = std::mem::take(&mut pending);
-            // Pinned where they are made: a future moved into `drive` would be
-            // stored twice in this one (see `drive`).
-            let c2s = pin!(direction(
-                &flow,
-                CLIENT_TO_SERVER,
-                &client,
-                &server,
-                pending,
-                pool,
-                splice,
-                auto,
-            ));
-            let s2c = pin!(direction(
-                &flow,
-                SERVER_TO_CLIENT,
-                &server,
-                &client,
-                Vec::new(),
-                pool,
-                splice,
-                auto,
-            ));
-            drive(&flow, &timeouts, c2s, s2c, &|| {}).await
-            // Both directions' futures are dropped here: on a promotion each
-            // holds nothing (parked, or waiting for bytes).
-        };
+        // Boxed like the kernel stage: the flow's own future keeps only what
+        // both stages share, and each flow holds the room of the stage it is in.
+        let driven = Box::pin(userspace(
+            pool,
+            &flow,
+            &client,
+            &server,
+            std::mem::take(&mut pending),
+            splice,
+            auto,
+            &timeouts,
+        ))
+        .await;
         match driven {
             Driven::End(end) => {
                 let used = match (auto, splice) {
@@ -348,6 +336,45 @@ pub(crate) async fn forward_in(
             }
         }
     }
+}
+
+/// The userspace stage of a flow: both directions until the flow ends or
+/// both are quiescent for a promotion (their futures are dropped on return:
+/// each then holds nothing, parked or waiting for bytes).
+#[allow(clippy::too_many_arguments)]
+async fn userspace(
+    pool: &PipePool,
+    flow: &Flow<'_>,
+    client: &TcpStream,
+    server: &TcpStream,
+    pending: Vec<u8>,
+    splice: bool,
+    auto: bool,
+    timeouts: &FlowTimeouts,
+) -> Driven {
+    // Pinned where they are made: a future moved into `drive` would be stored
+    // twice in this one (see `drive`).
+    let c2s = pin!(direction(
+        flow,
+        CLIENT_TO_SERVER,
+        client,
+        server,
+        pending,
+        pool,
+        splice,
+        auto,
+    ));
+    let s2c = pin!(direction(
+        flow,
+        SERVER_TO_CLIENT,
+        server,
+        client,
+        Vec::new(),
+        pool,
+        splice,
+        auto,
+    ));
+    drive(flow, timeouts, c2s, s2c, &|| {}).await
 }
 
 /// Why `insert_kernel` did not insert the pair.
@@ -593,7 +620,8 @@ async fn direction(
             match splice::run(flow, dir, from, to, l).await? {
                 splice::Exit::Done => return Ok(()),
                 splice::Exit::ReadDry => {
-                    if copy::read_dry(flow, dir, from, to).await? {
+                    // Boxed, as in `copy::run`.
+                    if Box::pin(copy::read_dry(flow, dir, from, to)).await? {
                         return Ok(());
                     }
                     continue;
@@ -689,10 +717,9 @@ async fn drive(
                     return Driven::End(e.into_end());
                 }
             },
-            () = flow.shut_changed.notified() => {}
-            // A promotion asked for, or a direction that became parkable:
-            // recheck at the top (a spurious wake only loops once).
-            () = flow.quiesced.notified() => {}
+            // A half-close, a promotion asked for, or a direction that became
+            // parkable: recheck at the top (a spurious wake only loops once).
+            () = flow.changed.notified() => {}
             () = sleep => {
                 refresh();
                 if let Some(end) = flow.expired(t, tokio::time::Instant::now()) {

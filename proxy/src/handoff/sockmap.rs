@@ -786,7 +786,9 @@ async fn forward_unsent(
                 flow.wrote(dir.to, n);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                to.writable().await.map_err(|e| DirError::new(dir.to, e))?;
+                copy::write_ready(to)
+                    .await
+                    .map_err(|e| DirError::new(dir.to, e))?;
             }
             Err(e) => return Err(DirError::new(dir.to, e)),
         }
@@ -825,12 +827,13 @@ pub(crate) async fn run(
     loop {
         if !st.unsent.borrow().is_empty() {
             // Passed bytes: never ahead of redirected ones.
-            forward_unsent(flow, ins, dir, to, st).await?;
+            // Boxed, as the drain below: rare, and not every idle flow's room.
+            Box::pin(forward_unsent(flow, ins, dir, to, st)).await?;
             tick = TICK_ACTIVE;
             continue;
         }
         tokio::select! {
-            r = from.readable() => {
+            r = copy::read_ready(from) => {
                 r.map_err(|e| DirError::new(dir.from, e))?;
                 let got = from.try_io(tokio::io::Interest::READABLE, || {
                     read_passed(from, &mut buf)
@@ -866,7 +869,7 @@ pub(crate) async fn run(
                             );
                         }
                         flow.shut(dir.from);
-                        drain(flow, ins, dir, to, st).await?;
+                        Box::pin(drain(flow, ins, dir, to, st)).await?;
                         tracing::debug!(
                             ?dir,
                             redirected = ins.seen(dir.from).get(),

@@ -24,7 +24,7 @@ use std::os::fd::AsFd;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use super::copy::propagate_eof;
+use super::copy::{propagate_eof, read_ready, write_ready};
 use super::flow::{Dir, DirError, Flow};
 use super::pool::Lease;
 use super::BURST_BYTES;
@@ -104,11 +104,12 @@ pub async fn run(
         if lease.pipe.is_none() && !eof {
             // Nothing held: wait for bytes before taking a pipe.
             if flow.must_park(dir.from) {
-                flow.park(dir.from).await;
+                // Rare: boxed (see `copy::run`).
+                Box::pin(flow.park(dir.from)).await;
                 continue;
             }
             flow.set_waiting(dir.from, true);
-            let ready = from.readable().await;
+            let ready = read_ready(from).await;
             flow.set_waiting(dir.from, false);
             ready.map_err(|e| DirError::new(dir.from, e))?;
             if flow.must_park(dir.from) {
@@ -214,11 +215,13 @@ pub async fn run(
             lease.idle();
             continue;
         } else if eof || read_ambiguous || lease.pending >= cap || !reading {
-            to.writable().await.map_err(|e| DirError::new(dir.to, e))?;
+            write_ready(to)
+                .await
+                .map_err(|e| DirError::new(dir.to, e))?;
         } else {
             tokio::select! {
-                r = from.readable() => r.map_err(|e| DirError::new(dir.from, e))?,
-                r = to.writable() => r.map_err(|e| DirError::new(dir.to, e))?,
+                r = read_ready(from) => r.map_err(|e| DirError::new(dir.from, e))?,
+                r = write_ready(to) => r.map_err(|e| DirError::new(dir.to, e))?,
             }
         }
     }

@@ -27,7 +27,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-/// shunt (sockmap, splice, copy) side by side with a direct connection, HAProxy
+/// shunt (auto, sockmap, splice, copy) side by side with a direct connection, HAProxy
 /// (plain and splice-auto) and nginx stream: bulk, request/response, connect, 64 KiB,
 /// idle-flow memory, splice cork probe, CLI add-map stream. Writes BENCHMARKS.md,
 /// docs/bench/results.json and docs/bench/*.png (`--quick`: under
@@ -41,7 +41,7 @@ pub struct Args {
     /// Rounds per scenario (default 3).
     #[arg(long)]
     pub rounds: Option<usize>,
-    /// Peers to compare (default: all): direct, shunt-sockmap, shunt-splice,
+    /// Peers to compare (default: all): direct, shunt-auto, shunt-sockmap, shunt-splice,
     /// shunt-copy, haproxy, haproxy-splice, nginx.
     #[arg(long, value_delimiter = ',')]
     pub peers: Option<Vec<String>>,

@@ -60,11 +60,16 @@ pub struct Peer {
 }
 
 /// Every peer, in table order.
-pub const ALL: [Peer; 7] = [
+pub const ALL: [Peer; 8] = [
     Peer {
         slug: "direct",
         label: "direct",
         kind: Kind::Direct,
+    },
+    Peer {
+        slug: "shunt-auto",
+        label: "shunt auto",
+        kind: Kind::Shunt("auto"),
     },
     Peer {
         slug: "shunt-sockmap",

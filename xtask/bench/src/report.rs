@@ -340,7 +340,12 @@ pub fn markdown(
     md
 }
 
-/// Writes BENCHMARKS.md into `out`, results.json and the charts into `out/docs/bench`.
+/// The line in BENCHMARKS.md below which the text is people's, not the bench's: a
+/// run keeps it (and everything after it) as it was.
+pub const HAND_WRITTEN: &str = "<!-- Hand-written from here on: `cargo xtask bench` keeps it. -->";
+
+/// Writes BENCHMARKS.md into `out`, results.json and the charts into `out/docs/bench`;
+/// the hand-written part of an existing BENCHMARKS.md (from [`HAND_WRITTEN`]) is kept.
 pub fn write(
     out: &Path,
     meta: &Meta,
@@ -400,8 +405,14 @@ pub fn write(
         .with_context(|| format!("cannot write {}", json_path.display()))?;
     written.push(json_path);
     let md_path = out.join("BENCHMARKS.md");
-    std::fs::write(&md_path, markdown(meta, &rows, &notes, failures, &charts))
-        .with_context(|| format!("cannot write {}", md_path.display()))?;
+    let mut md = markdown(meta, &rows, &notes, failures, &charts);
+    // What people wrote below the marker in the previous file stays.
+    let before = std::fs::read_to_string(&md_path).unwrap_or_default();
+    if let Some(at) = before.find(HAND_WRITTEN) {
+        md.push('\n');
+        md.push_str(&before[at..]);
+    }
+    std::fs::write(&md_path, md).with_context(|| format!("cannot write {}", md_path.display()))?;
     written.push(md_path);
     Ok(written)
 }
@@ -625,8 +636,16 @@ mod tests {
             seconds: 1.0,
             plan: "test".into(),
         };
+        std::fs::create_dir_all(&dir).expect("dir");
+        let mine = format!("{HAND_WRITTEN}\n\n## Reading these figures\n\nkept\n");
+        std::fs::write(dir.join("BENCHMARKS.md"), format!("# old table\n\n{mine}")).expect("old");
         let written = write(&dir, &meta, &samples, &["a note".into()], &[]).expect("write");
         let md = std::fs::read_to_string(dir.join("BENCHMARKS.md")).expect("md");
+        assert!(md.ends_with(&mine), "the hand-written part is kept: {md}");
+        assert!(
+            !md.contains("# old table"),
+            "the generated part is replaced"
+        );
         assert!(
             md.contains("| haproxy | 15000 (15000–15000) | 0.50× | 1.00× |"),
             "{md}"

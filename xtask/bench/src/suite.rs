@@ -456,6 +456,13 @@ fn mode_check(sock: &Path, mode: &str) -> Result<String> {
         .map(|(_, k, n)| format!("{k} {n}"))
         .collect::<Vec<_>>()
         .join(", ");
+    if mode == "auto" {
+        // auto decides per flow: report the split and how many it promoted.
+        let promoted = testkit::info_num(&info, "PromotedFlows")?;
+        return Ok(format!(
+            "auto forwarded {summary}; PromotedFlows {promoted} (promoted to the kernel)"
+        ));
+    }
     let own = counts
         .iter()
         .find(|(m, _, _)| *m == mode)
@@ -732,11 +739,11 @@ mod tests {
         let slugs = |v: Vec<Peer>| v.iter().map(|p| p.slug).collect::<Vec<_>>();
         assert_eq!(
             slugs(rotated(&p, 0)),
-            ["direct", "shunt-sockmap", "shunt-splice"]
+            ["direct", "shunt-auto", "shunt-sockmap"]
         );
         assert_eq!(
             slugs(rotated(&p, 1)),
-            ["shunt-sockmap", "shunt-splice", "direct"]
+            ["shunt-auto", "shunt-sockmap", "direct"]
         );
         assert_eq!(slugs(rotated(&p, 3)), slugs(rotated(&p, 0)));
         assert!(rotated(&[], 2).is_empty());
