@@ -137,6 +137,7 @@ fn exporter_parses_and_matches_show_stat() {
         "shunt_flows_total",
         "shunt_bytes_total",
         "shunt_bpf_redirect_errors_total",
+        "shunt_promoted_flows_total",
         "shunt_scheduler_loop_avg_microseconds",
     ] {
         assert!(

@@ -421,6 +421,11 @@ async fn shunt_metrics(b: &mut Builder, st: &Runtime) {
             .map(|&m| (mode_label(m), modes.bytes(m)))
             .collect(),
     );
+    b.counter(
+        "shunt_promoted_flows",
+        "Flows forward-mode auto promoted from userspace forwarding to the kernel.",
+        modes.promoted(),
+    );
     let k = crate::handoff::sockmap::info();
     b.counter(
         "shunt_bpf_redirect_errors",
