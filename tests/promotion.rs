@@ -213,8 +213,9 @@ fn short_flows_and_many_small_busy_flows_stay_in_userspace() {
 
 /// The worker's one busy flow of small round trips is promoted after a
 /// window of reads; `show sess` shows it in the kernel with when, and `show
-/// info` counts it. A bulk flow is promoted past 1 MiB (the default), and a
-/// backend with `option splice-auto` keeps its flows on splice.
+/// info` counts it. So is a bulk echo (its reads take turns), while one bulk
+/// upload alone stays on splice; a backend with `option splice-auto` keeps
+/// its flows on splice.
 #[test]
 fn the_one_busy_flow_and_a_bulk_flow_are_promoted() {
     let server = Server::echo();
@@ -241,20 +242,41 @@ fn the_one_busy_flow_and_a_bulk_flow_are_promoted() {
     assert_eq!(info(&shunt, "PromotedFlows"), 1);
     drop(c);
 
-    let data = pattern(8 << 20, 5);
+    // 64 KiB requests, each echoed before the next: bulk reads taking turns.
+    let data = pattern(32 << 20, 5);
     let mut c = connect(addr);
-    let mut w = c.try_clone().expect("clone");
-    let d2 = data.clone();
-    let writer = std::thread::spawn(move || {
-        write_random_chunks(&mut w, &d2, 256 * 1024, 9);
-        w.shutdown(Shutdown::Write).expect("FIN");
-    });
-    let got = read_to_end(&mut c).expect("echo");
-    writer.join().expect("writer");
-    assert_eq!(sha256(&got), sha256(&data), "bulk echo byte-exact");
+    let mut back = vec![0u8; 64 * 1024];
+    for (i, req) in data.chunks(64 * 1024).take(600).enumerate() {
+        c.write_all(req).expect("request");
+        c.read_exact(&mut back[..req.len()]).expect("echo");
+        assert!(back[..req.len()] == *req, "64 KiB echo {i} byte-exact");
+    }
+    drop(c);
     settle(&shunt);
-    assert_eq!(info(&shunt, "PromotedFlows"), 2, "the bulk flow too");
+    assert_eq!(info(&shunt, "PromotedFlows"), 2, "the 64 KiB echo too");
     assert_eq!(info(&shunt, "SockmapFlows"), 2);
+
+    // One way only: nothing for the kernel to save on one stream a thread
+    // keeps up with.
+    let sink = Server::start(|mut s| {
+        let got = read_to_end(&mut s).unwrap_or_default();
+        let _ = s.write_all(sha256(&got).as_bytes());
+    });
+    let port = free_port();
+    let cfg = simple_config(port, &[sink.addr], "").replace("nbthread 2", "nbthread 1");
+    let alone = Shunt::start(&cfg, &["--forward-mode", "auto"]);
+    let mut c = connect(SocketAddr::from(([127, 0, 0, 1], port)));
+    write_random_chunks(&mut c, &data, 256 * 1024, 11);
+    c.shutdown(Shutdown::Write).expect("FIN");
+    let digest = read_to_end(&mut c).expect("digest");
+    assert_eq!(digest, sha256(&data).as_bytes(), "upload byte-exact");
+    settle(&alone);
+    assert_eq!(
+        info(&alone, "PromotedFlows"),
+        0,
+        "one stream alone is not promoted"
+    );
+    assert_eq!(info(&alone, "SpliceFlows"), 1, "it went on with splice");
 
     let port = free_port();
     let cfg = simple_config(port, &[server.addr], "    option splice-auto\n");

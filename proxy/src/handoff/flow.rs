@@ -180,7 +180,11 @@ impl<'m> Flow<'m> {
         let Some(w) = p.watch.as_ref().filter(|_| p.watching.get()) else {
             return;
         };
-        if w.read(n) && !self.client_half.get() && !self.server_half.get() {
+        let from = match side {
+            Side::Client => 0,
+            Side::Server => 1,
+        };
+        if w.read(from, n) && !self.client_half.get() && !self.server_half.get() {
             p.watching.set(false);
             p.parking.set(Some(Instant::now()));
             // The driver must learn the park deadline.

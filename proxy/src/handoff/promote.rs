@@ -9,19 +9,28 @@
 //! Inserting a pair into the SOCKHASH, setting its flow entries and deleting
 //! them again costs more than it saves on a short flow, and the kernel path
 //! runs each small message through the peer's psock backlog in a kworker,
-//! which loses to one read and one write when many small flows are busy
-//! (BENCHMARKS.md, 2026-11-30, sockmap for every flow against copy: new
-//! connections ×0.66, redis -c50 ×0.68, but redis -c1 ×1.19 and 4 bulk
-//! streams ×1.70). So a flow is promoted on one of two kinds of evidence:
+//! which loses to one read and one write when many small flows are busy.
+//! BENCHMARKS.md of 2026-11-30 (a quiet machine; sockmap for every flow,
+//! against the best userspace mode): new connections ×0.66, redis -c50
+//! ×0.68, one bulk stream ×0.93 (splice), but redis -c1 ×1.19, the 64 KiB
+//! echo ×1.09 and 4 bulk streams ×1.52. The kernel wins where userspace is
+//! the bottleneck: one thread for several bulk flows, or the wake-ups of
+//! request/response turns; it loses where each message is small and many
+//! flows are busy, and it gains nothing on one bulk stream a thread keeps
+//! up with. So a flow is promoted on one of two kinds of evidence:
 //!
-//! - **an elephant**: it has moved [`Promote::bytes`] in userspace, in reads
-//!   of [`BULK_READ`] bytes on average or more (a bulk transfer, not a
-//!   long-lived connection of small requests);
-//! - **the worker's one busy flow**: of the last [`WINDOW_READS`] userspace
-//!   reads of this flow, the worker's other flows did fewer than a third as
-//!   many ([`DOMINANT_NUM`]/[`DOMINANT_DEN`]), so the kworker hop has a CPU
-//!   to itself (redis -c1), where with many busy clients (redis -c50: each
-//!   flow 2 % of the reads) it would not.
+//! - **an elephant among others**: it has moved [`Promote::bytes`] in
+//!   userspace in reads of [`BULK_READ`] bytes on average or more (a bulk
+//!   transfer, not a long-lived connection of small requests) while the
+//!   worker's other flows make at least a quarter of its reads (4 bulk
+//!   streams; not one stream alone);
+//! - **the worker's one busy flow, taking turns**: of the last
+//!   [`WINDOW_READS`] userspace reads of this flow, the worker's other flows
+//!   did fewer than a third as many ([`DOMINANT_NUM`]/[`DOMINANT_DEN`]), and
+//!   its reads changed direction at least once per [`TURN_EVERY`] reads: a
+//!   request/response exchange (redis -c1, the 64 KiB echo), whose every turn
+//!   the kernel path saves a wake-up on, where with many busy clients (redis
+//!   -c50: each flow 2 % of the reads) it would not.
 //!
 //! A flow that is half-closed is never promoted (the insertion refuses it).
 
@@ -46,6 +55,11 @@ pub const WINDOW_READS: u32 = 512;
 /// a window is the worker's one busy flow.
 pub const DOMINANT_NUM: u64 = 3;
 pub const DOMINANT_DEN: u64 = 4;
+
+/// A dominant flow whose reads change direction at least once per this many
+/// reads takes turns (request/response: redis -c1 turns on every read, the
+/// 64 KiB echo every one or two; a bulk stream almost never).
+pub const TURN_EVERY: u32 = 8;
 
 /// How long the directions of a flow may take to become parkable (each has
 /// written what it holds and read its socket dry) once a promotion is asked
@@ -90,7 +104,10 @@ pub struct Watch {
     bytes: Cell<u64>,
     reads: Cell<u64>,
     window_reads: Cell<u32>,
+    window_turns: Cell<u32>,
     window_start: Cell<u64>,
+    /// The side the last read came from (0 client, 1 server).
+    last_side: Cell<u8>,
 }
 
 impl Watch {
@@ -100,7 +117,9 @@ impl Watch {
             bytes: Cell::new(0),
             reads: Cell::new(0),
             window_reads: Cell::new(0),
+            window_turns: Cell::new(0),
             window_start: Cell::new(worker_reads()),
+            last_side: Cell::new(0),
         }
     }
 
@@ -108,13 +127,18 @@ impl Watch {
     pub fn reset(&self) {
         self.bytes.set(0);
         self.reads.set(0);
-        self.window_reads.set(0);
-        self.window_start.set(worker_reads());
+        self.new_window(worker_reads());
     }
 
-    /// A userspace read of `n` bytes; true when the flow should now be
-    /// promoted.
-    pub fn read(&self, n: usize) -> bool {
+    fn new_window(&self, at: u64) {
+        self.window_reads.set(0);
+        self.window_turns.set(0);
+        self.window_start.set(at);
+    }
+
+    /// A userspace read of `n` bytes from `side` (0 client, 1 server); true
+    /// when the flow should now be promoted.
+    pub fn read(&self, side: u8, n: usize) -> bool {
         let total = WORKER_READS.with(|w| {
             w.set(w.get() + 1);
             w.get()
@@ -123,18 +147,23 @@ impl Watch {
         let reads = self.reads.get() + 1;
         self.bytes.set(bytes);
         self.reads.set(reads);
-        if bytes >= self.policy.bytes && bytes >= reads * BULK_READ {
-            return true;
+        if self.last_side.replace(side) != side {
+            self.window_turns.set(self.window_turns.get() + 1);
         }
         let w = self.window_reads.get() + 1;
+        self.window_reads.set(w);
+        // This flow's share of the worker's reads in the window so far.
+        let all = total - self.window_start.get();
+        let dominant = u64::from(w) * DOMINANT_DEN >= all * DOMINANT_NUM;
+        if !dominant && bytes >= self.policy.bytes && bytes >= reads * BULK_READ {
+            return true;
+        }
         if w < WINDOW_READS {
-            self.window_reads.set(w);
             return false;
         }
-        let all = total - self.window_start.get();
-        self.window_reads.set(0);
-        self.window_start.set(total);
-        u64::from(w) * DOMINANT_DEN >= all * DOMINANT_NUM
+        let turns = self.window_turns.get();
+        self.new_window(total);
+        dominant && turns * TURN_EVERY >= w
     }
 }
 
@@ -152,33 +181,50 @@ mod tests {
     fn small_reads_never_make_an_elephant() {
         let w = Watch::new(Promote { bytes: 1000 });
         // 100-byte reads, with the worker busy with other flows.
-        for _ in 0..10_000 {
+        for i in 0..10_000u32 {
             others_read(10);
-            assert!(!w.read(100));
+            assert!(!w.read((i % 2) as u8, 100));
         }
     }
 
     #[test]
-    fn bulk_reads_past_the_bytes_promote() {
+    fn bulk_reads_past_the_bytes_promote_among_other_busy_flows() {
         let w = Watch::new(Promote { bytes: 1 << 20 });
-        others_read(1000);
-        let promoted = (1..=64).find(|_| w.read(64 * 1024));
+        let promoted = (1..=64).find(|_| {
+            others_read(3);
+            w.read(0, 64 * 1024)
+        });
         assert_eq!(promoted, Some(16), "at the 16th 64 KiB read (1 MiB)");
     }
 
     #[test]
-    fn the_workers_one_busy_flow_is_promoted_after_a_window() {
+    fn one_bulk_stream_alone_stays_in_userspace() {
+        let w = Watch::new(Promote { bytes: 1 << 20 });
+        for _ in 0..4 * WINDOW_READS {
+            assert!(!w.read(0, 64 * 1024), "nothing to share the thread with");
+        }
+    }
+
+    #[test]
+    fn the_workers_one_busy_flow_taking_turns_is_promoted_after_a_window() {
         let w = Watch::new(Promote::default());
-        let at = (1..=2 * WINDOW_READS).find(|_| w.read(20));
+        let at = (1..=2 * WINDOW_READS).find(|i| w.read((i % 2) as u8, 20));
+        assert_eq!(at, Some(WINDOW_READS));
+        // A 64 KiB echo: two reads each way per turn.
+        let w = Watch::new(Promote::default());
+        let at = (1..=2 * WINDOW_READS).find(|i| w.read(((i / 2) % 2) as u8, 32 * 1024));
         assert_eq!(at, Some(WINDOW_READS));
     }
 
     #[test]
     fn one_of_many_busy_flows_is_not() {
         let w = Watch::new(Promote::default());
-        for _ in 0..4 * WINDOW_READS {
+        for i in 0..4 * WINDOW_READS {
             others_read(2);
-            assert!(!w.read(20), "a third of the reads is not dominance");
+            assert!(
+                !w.read((i % 2) as u8, 20),
+                "a third of the reads is not dominance"
+            );
         }
     }
 }
