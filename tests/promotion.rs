@@ -8,7 +8,7 @@
 //! the test; otherwise these tests skip loudly.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -289,4 +289,70 @@ fn the_one_busy_flow_and_a_bulk_flow_are_promoted() {
     assert_eq!(got, data[..1 << 20]);
     assert_mode(&spliced.sock(), "splice");
     assert_eq!(info(&spliced, "PromotedFlows"), 0);
+}
+
+/// A flow `auto` promoted goes to the successor at a reload like any kernel
+/// flow: the new process adopts it, it goes on byte-exact, and the kernel's
+/// counts still agree with what TCP received (the bytes userspace forwarded
+/// before the promotion, in the first process, are accounted for).
+#[test]
+fn a_promoted_flow_survives_a_reload() {
+    if !bpf_wanted() {
+        return;
+    }
+    let dir = TempDir::new("promotion-reload");
+    let server = Server::echo();
+    let port = free_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let cfg = format!(
+        "global\n    nbthread 1\n    pidfile {d}/shunt.pid\n    stats socket {d}/admin.sock level admin expose-fd listeners\n\n\
+         defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n\n\
+         frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\nbackend be\n    server s1 {}\n",
+        server.addr,
+        d = dir.path().display()
+    );
+    let sock = dir.path().join("admin.sock");
+    let mut old = Shunt::start(&cfg, &["--forward-mode", "auto"]);
+    let mut c = connect(addr);
+    let mut back = [0u8; 32];
+    let mut round_trips = |c: &mut TcpStream, from: u32, n: u32| {
+        for i in from..from + n {
+            let msg = [(i % 251) as u8; 32];
+            c.write_all(&msg).expect("write");
+            c.read_exact(&mut back).expect("echo");
+            assert_eq!(back, msg, "round trip {i}");
+        }
+    };
+    round_trips(&mut c, 0, 2000);
+    assert_eq!(
+        info_u64(&sock, "PromotedFlows"),
+        1,
+        "promoted before the reload"
+    );
+    let (sock_s, old_pid) = (sock.display().to_string(), old.pid().to_string());
+    let new = Shunt::start(
+        &cfg,
+        &["--forward-mode", "auto", "-x", &sock_s, "-sf", &old_pid],
+    );
+    let log = shunt_tests::reload::plain(&new.stderr());
+    assert!(
+        log.contains("took the kernel flows of the old process flows=1"),
+        "the new process adopted the promoted flow:\n{log}"
+    );
+    assert_eq!(
+        old.wait(Duration::from_secs(5)),
+        Some(0),
+        "the old process exits"
+    );
+    round_trips(&mut c, 2000, 2000);
+    c.shutdown(Shutdown::Write).expect("FIN");
+    assert_eq!(read_to_end(&mut c).expect("EOF"), Vec::<u8>::new());
+    eventually("the flow counted", Duration::from_secs(10), || {
+        info_u64(&sock, "SockmapFlows") == 1
+    });
+    let log = new.stderr();
+    assert!(
+        !log.contains("sockmap byte counts disagree"),
+        "the adopted flow's counts agree with TCP:\n{log}"
+    );
 }
