@@ -63,6 +63,21 @@ pub fn propagate_eof(flow: &Flow<'_>, dir: Dir, to: &TcpStream) -> Result<(), Di
     Ok(())
 }
 
+/// Wait, holding nothing, until `from` is readable; while a promotion is
+/// asked for and the direction is dry, park first (the direction's future
+/// may then be dropped here: see `Flow::park`).
+pub async fn wait_readable(flow: &Flow<'_>, dir: Dir, from: &TcpStream) -> Result<(), DirError> {
+    while flow.must_park(dir.from) {
+        // Parking and reading dry are rare (once per promotion): boxed, so
+        // their states are not in every direction's future.
+        Box::pin(flow.park(dir.from)).await;
+    }
+    flow.set_waiting(dir.from, true);
+    let ready = read_ready(from).await;
+    flow.set_waiting(dir.from, false);
+    ready.map_err(|e| DirError::new(dir.from, e))
+}
+
 /// How a copy loop ended without error.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Exit {
@@ -175,17 +190,7 @@ pub async fn run(
 ) -> Result<Exit, DirError> {
     let mut burst = 0usize;
     loop {
-        if flow.must_park(dir.from) {
-            // Parking and reading dry are rare (once per promotion): boxed, so
-            // their states are not in every direction's future.
-            Box::pin(flow.park(dir.from)).await;
-            continue;
-        }
-        // Wait for bytes holding no buffer.
-        flow.set_waiting(dir.from, true);
-        let ready = read_ready(from).await;
-        flow.set_waiting(dir.from, false);
-        ready.map_err(|e| DirError::new(dir.from, e))?;
+        wait_readable(flow, dir, from).await?;
         let mut buf = Buf::take();
         loop {
             if flow.must_park(dir.from) {

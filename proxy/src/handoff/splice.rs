@@ -24,7 +24,7 @@ use std::os::fd::AsFd;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use super::copy::{propagate_eof, read_ready, write_ready};
+use super::copy::{propagate_eof, read_ready, wait_readable, write_ready};
 use super::flow::{Dir, DirError, Flow};
 use super::pool::Lease;
 use super::BURST_BYTES;
@@ -103,15 +103,7 @@ pub async fn run(
         }
         if lease.pipe.is_none() && !eof {
             // Nothing held: wait for bytes before taking a pipe.
-            if flow.must_park(dir.from) {
-                // Rare: boxed (see `copy::run`).
-                Box::pin(flow.park(dir.from)).await;
-                continue;
-            }
-            flow.set_waiting(dir.from, true);
-            let ready = read_ready(from).await;
-            flow.set_waiting(dir.from, false);
-            ready.map_err(|e| DirError::new(dir.from, e))?;
+            wait_readable(flow, dir, from).await?;
             if flow.must_park(dir.from) {
                 continue;
             }
