@@ -5,7 +5,8 @@
 //! Owns nothing itself but the composition: the immutable configuration,
 //! the process's [`Facts`], the backends' runtime state (`lb`), the runtime
 //! maps, the traffic counters (`stats`), [`Admission`] (flow counts, limits,
-//! the accept hold), the [`Lifecycle`] phase and the running [`Workers`].
+//! the accept hold), the [`Lifecycle`] phase, the running [`Workers`] and
+//! the process's part in a reload ([`Handover`]).
 //! Each part keeps its fields private and changes only through its own
 //! methods, so holding the runtime does not mean being able to change
 //! anything. Layering: `runtime` sits above `{config, lb, stats, maps, log}`
@@ -14,6 +15,7 @@
 
 pub mod admission;
 pub mod facts;
+pub mod handover;
 pub mod lifecycle;
 pub mod workers;
 
@@ -21,6 +23,7 @@ use std::sync::Arc;
 
 pub use admission::{Admission, ConnGuard, Limits};
 pub use facts::Facts;
+pub use handover::Handover;
 pub use lifecycle::{Lifecycle, Phase};
 pub use workers::Workers;
 
@@ -39,6 +42,9 @@ pub struct Runtime {
     pub admission: Admission,
     pub lifecycle: Lifecycle,
     pub workers: Workers,
+    /// The exported listeners and the hand-over flags (`reload`); shared
+    /// with the pidfile and the stats sockets, which read it when they drop.
+    pub handover: Arc<Handover>,
 }
 
 impl Runtime {
@@ -51,6 +57,7 @@ impl Runtime {
         phase: tokio::sync::watch::Receiver<Phase>,
         accept_loops: usize,
         held: bool,
+        handover: Arc<Handover>,
     ) -> Self {
         let nbthread = facts.nbthread();
         Self {
@@ -60,6 +67,7 @@ impl Runtime {
             admission: Admission::new(Limits::new(&config), accept_loops, held),
             lifecycle: Lifecycle::new(phase),
             workers: Workers::new(nbthread),
+            handover,
             facts,
             config,
         }
