@@ -412,7 +412,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     drop_privileges(&config)?;
     // Threads started after the drop hold no capability.
     if let Some(log) = log {
-        log.start()?;
+        log.start(&state.log)?;
     }
     if let Some(l) = prometheus {
         crate::metrics::serve(l, state.clone())?;

@@ -811,7 +811,7 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
             "DroppedLogs",
             "MGP",
             "u32",
-            crate::log::dropped().to_string(),
+            st.log.dropped().to_string(),
         ),
         (59, "BusyPolling", "MGP", "u32", "0".into()),
         (60, "FailedResolutions", "MGP", "u32", "0".into()),

@@ -45,6 +45,8 @@ pub struct Runtime {
     /// The exported listeners and the hand-over flags (`reload`); shared
     /// with the pidfile and the stats sockets, which read it when they drop.
     pub handover: Arc<Handover>,
+    /// The log system: dropped lines, the way to the log thread once started.
+    pub log: Arc<crate::log::Log>,
 }
 
 impl Runtime {
@@ -68,6 +70,7 @@ impl Runtime {
             lifecycle: Lifecycle::new(phase),
             workers: Workers::new(nbthread),
             handover,
+            log: Arc::default(),
             facts,
             config,
         }
@@ -77,6 +80,9 @@ impl Runtime {
 impl crate::log::Process for Runtime {
     fn config(&self) -> &Config {
         &self.config
+    }
+    fn log(&self) -> &crate::log::Log {
+        &self.log
     }
     fn stats(&self) -> &Stats {
         &self.stats
