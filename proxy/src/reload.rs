@@ -984,7 +984,7 @@ async fn run_adopted(
     }
     let _gauges = Gauges(ctrs);
     let timeouts = match route {
-        Some(r) => crate::session::flow_timeouts(
+        Some(r) => crate::runtime::flow::timeouts(
             &state.config.frontends[r.fe],
             &state.config.backends[r.be],
         ),
@@ -992,6 +992,6 @@ async fn run_adopted(
     };
     let meter = AdoptedMeter { ctrs, route };
     let out = crate::handoff::resume(client, server, snap, prior, timeouts, &meter).await;
-    crate::session::account_end(&state, &out, log.as_mut(), ctrs);
+    crate::runtime::flow::account_end(&state, &out, log.as_mut(), ctrs);
     tracing::debug!(%peer, to_server = out.to_server, to_client = out.to_client, end = ?out.end, "adopted flow closed");
 }

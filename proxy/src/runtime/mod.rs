@@ -9,12 +9,14 @@
 //! the process's part in a reload ([`Handover`]).
 //! Each part keeps its fields private and changes only through its own
 //! methods, so holding the runtime does not mean being able to change
-//! anything. Layering: `runtime` sits above `{config, lb, stats, maps, log}`
+//! anything. Beside the state, [`flow`] holds what accepted and adopted flows
+//! share (their timeouts, the accounting of their end). Layering: `runtime` sits above `{config, lb, stats, maps, log}`
 //! and below `{session, checks, pool, reload, cli, metrics}` and `daemon`;
 //! it must not import any of those.
 
 pub mod admission;
 pub mod facts;
+pub mod flow;
 pub mod handover;
 pub mod lifecycle;
 pub mod workers;
