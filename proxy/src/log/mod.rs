@@ -176,13 +176,18 @@ pub struct FlowGuard {
 
 /// What a flow's log line reads from the running process when it is sent:
 /// the configuration, the gauges and the log system. Implemented by the
-/// runtime, so that this module needs nothing above it.
+/// runtime, so that this module needs nothing above it nor `stats` beside it.
 pub trait Process: Send + Sync {
     fn config(&self) -> &Config;
     fn log(&self) -> &Log;
-    fn stats(&self) -> &crate::stats::Stats;
     /// Flows in the process now (`%ac`).
     fn conns(&self) -> usize;
+    /// Current flows of frontend `fe` (`%fc`; 0 for an unknown index).
+    fn frontend_conns(&self, fe: usize) -> usize;
+    /// Current flows of backend `be` (`%bc`; 0 for an unknown index).
+    fn backend_conns(&self, be: usize) -> usize;
+    /// Current flows of server `srv` of backend `be` (`%sc`; 0 for an unknown index).
+    fn server_conns(&self, be: usize, srv: usize) -> usize;
 }
 
 struct Inner {
@@ -331,16 +336,11 @@ impl Inner {
         }
         // This flow still holds the process gauge (released after the session).
         rec.actconn = st.conns().saturating_sub(1);
-        rec.feconn = st.stats().frontends.get(fe).map_or(0, |c| c.scur());
+        rec.feconn = st.frontend_conns(fe);
         if let Some(be) = rec.be {
-            rec.beconn = st.stats().backends.get(be).map_or(0, |c| c.scur());
+            rec.beconn = st.backend_conns(be);
             if let Some(srv) = rec.srv {
-                rec.srvconn = st
-                    .stats()
-                    .servers
-                    .get(be)
-                    .and_then(|v| v.get(srv))
-                    .map_or(0, |c| c.scur());
+                rec.srvconn = st.server_conns(be, srv);
             }
         }
         let backend = rec.be.and_then(|b| cfg.backends.get(b));

@@ -86,10 +86,20 @@ impl crate::log::Process for Runtime {
     fn log(&self) -> &crate::log::Log {
         &self.log
     }
-    fn stats(&self) -> &Stats {
-        &self.stats
-    }
     fn conns(&self) -> usize {
         self.admission.conns()
+    }
+    fn frontend_conns(&self, fe: usize) -> usize {
+        self.stats.frontends.get(fe).map_or(0, |c| c.scur())
+    }
+    fn backend_conns(&self, be: usize) -> usize {
+        self.stats.backends.get(be).map_or(0, |c| c.scur())
+    }
+    fn server_conns(&self, be: usize, srv: usize) -> usize {
+        self.stats
+            .servers
+            .get(be)
+            .and_then(|v| v.get(srv))
+            .map_or(0, |c| c.scur())
     }
 }
