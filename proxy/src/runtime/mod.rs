@@ -10,9 +10,10 @@
 //! Each part keeps its fields private and changes only through its own
 //! methods, so holding the runtime does not mean being able to change
 //! anything. Beside the state, [`flow`] holds what accepted and adopted flows
-//! share (their timeouts, the accounting of their end). Layering: `runtime` sits above `{config, lb, stats, maps, log}`
-//! and below `{session, checks, pool, reload, cli, metrics}` and `daemon`;
-//! it must not import any of those.
+//! share (their timeouts, the accounting of their end). Layering: `runtime`
+//! sits above `{config, lb, stats, maps, log, listeners}` and below
+//! `{checks, pool, reload, metrics}`, `{session, cli}` and `daemon`; it must
+//! not import any of those.
 
 pub mod admission;
 pub mod facts;
