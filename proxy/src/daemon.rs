@@ -102,7 +102,11 @@ fn available_cpus() -> usize {
 /// allow, written once the process serves — a reload that fails before then
 /// leaves the old process's pid in it (and a fresh start that fails leaves
 /// no empty file).
-struct PidFile(Option<OpenPidFile>);
+struct PidFile {
+    file: Option<OpenPidFile>,
+    /// Read when dropping: a successor that took the process over owns the file.
+    handover: Arc<crate::runtime::Handover>,
+}
 
 struct OpenPidFile {
     path: PathBuf,
@@ -113,9 +117,15 @@ struct OpenPidFile {
 }
 
 impl PidFile {
-    fn open(path: Option<&PathBuf>) -> Result<Self, DaemonError> {
+    fn open(
+        path: Option<&PathBuf>,
+        handover: Arc<crate::runtime::Handover>,
+    ) -> Result<Self, DaemonError> {
         let Some(p) = path else {
-            return Ok(PidFile(None));
+            return Ok(PidFile {
+                file: None,
+                handover,
+            });
         };
         let created = std::fs::symlink_metadata(p).is_err();
         let file = std::fs::OpenOptions::new()
@@ -127,19 +137,22 @@ impl PidFile {
                 path: p.clone(),
                 source,
             })?;
-        Ok(PidFile(Some(OpenPidFile {
-            path: p.clone(),
-            file,
-            created,
-            written: false,
-        })))
+        Ok(PidFile {
+            file: Some(OpenPidFile {
+                path: p.clone(),
+                file,
+                created,
+                written: false,
+            }),
+            handover,
+        })
     }
 
     /// Replace the file's content with our pid (a failure is logged: the
     /// process serves already).
     fn write_pid(&mut self) {
         use std::io::{Seek, Write};
-        let Some(f) = &mut self.0 else {
+        let Some(f) = &mut self.file else {
             return;
         };
         let line = format!("{}\n", std::process::id());
@@ -159,12 +172,12 @@ impl PidFile {
 
 impl Drop for PidFile {
     fn drop(&mut self) {
-        let Some(f) = &self.0 else {
+        let Some(f) = &self.file else {
             return;
         };
         // A successor that took us over owns the file, even before it wrote
         // its pid there (we may exit first).
-        if crate::reload::handed_over() {
+        if self.handover.handed_over() {
             return;
         }
         // Only our own: after a reload the file holds the successor's pid.
@@ -341,7 +354,10 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     if opts.old_pids.is_empty() {
         inherited.drop_unix();
     }
-    let mut cli_sockets = crate::cli::Sockets::bind(&config, &mut inherited)?;
+    // The process's part in a reload: read by the stats sockets and the
+    // pidfile when they drop, so made before them.
+    let handover = Arc::new(crate::runtime::Handover::default());
+    let mut cli_sockets = crate::cli::Sockets::bind(&config, &mut inherited, handover.clone())?;
     inherited.close_rest();
     let log = crate::log::open(&config)?;
     crate::sys::caps::check_names(
@@ -355,7 +371,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         (Some(path), false) => Some(crate::reload::connect(path)?),
         _ => None,
     };
-    let mut pidfile = PidFile::open(config.global.pidfile.as_ref())?;
+    let mut pidfile = PidFile::open(config.global.pidfile.as_ref(), handover.clone())?;
     if config
         .global
         .stats_sockets
@@ -371,7 +387,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
             .filter_map(|l| std::os::fd::AsFd::as_fd(l).try_clone_to_owned().ok())
             .collect();
         dups.extend(cli_sockets.dups());
-        crate::reload::export(dups);
+        handover.export(dups);
     }
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
     // Accepting held until the take-over (stage 3) is done.
@@ -381,6 +397,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         phase_rx,
         listeners.iter().map(Vec::len).sum(),
         true,
+        handover,
     ));
     // Before any worker starts: the first checks and flows see the restored state.
     crate::checks::state_file::load(&state);
@@ -395,7 +412,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     drop_privileges(&config)?;
     // Threads started after the drop hold no capability.
     if let Some(log) = log {
-        log.start()?;
+        log.start(&state.log)?;
     }
     if let Some(l) = prometheus {
         crate::metrics::serve(l, state.clone())?;
@@ -467,9 +484,9 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     crate::notify::notify_or_warn(&ready);
 
     wait_for_signals(signals, &phase_tx, &state, config.global.hard_stop_after);
-    crate::reload::close_exported();
+    state.handover.close_exported();
     // Stopping for good: nobody will reuse the maps.
-    if !crate::reload::handed_over() {
+    if !state.handover.handed_over() {
         if let Some(b) = crate::handoff::sockmap::kernel() {
             b.unpin();
         }
@@ -500,8 +517,8 @@ fn signal_old_processes(opts: &Options) {
 
 /// Tell systemd the service stops, unless a successor took our sockets (it speaks
 /// for the service now: a `STOPPING=1` from us would stop the unit).
-fn notify_stopping() {
-    if !crate::reload::handed_over() {
+fn notify_stopping(handover: &crate::runtime::Handover) {
+    if !handover.handed_over() {
         crate::notify::notify_or_warn("STOPPING=1\nSTATUS=Stopping.");
     }
 }
@@ -557,21 +574,21 @@ fn wait_for_signals(
         tokio::select! {
             _ = term.recv() => {
                 tracing::warn!("Proxy stopping (SIGTERM): closing listeners and flows");
-                notify_stopping();
+                notify_stopping(&state.handover);
                 let _ = phase.send(Phase::HardStop);
-                crate::reload::close_exported();
+                state.handover.close_exported();
                 return;
             }
             _ = int.recv() => {
                 tracing::warn!("Proxy stopping (SIGINT): closing listeners and flows");
-                notify_stopping();
+                notify_stopping(&state.handover);
                 let _ = phase.send(Phase::HardStop);
-                crate::reload::close_exported();
+                state.handover.close_exported();
                 return;
             }
             _ = usr1.recv() => {}
         }
-        notify_stopping();
+        notify_stopping(&state.handover);
         tracing::warn!(
             flows = state.admission.conns(),
             "soft-stop (SIGUSR1): listeners closed, waiting for flows to end"
@@ -579,7 +596,7 @@ fn wait_for_signals(
         let _ = phase.send(Phase::SoftStop);
         // The listeners close with their accept loops; our dups must not keep
         // the sockets open (a successor that fetched them holds its own).
-        crate::reload::close_exported();
+        state.handover.close_exported();
         let deadline = hard_stop_after.map(|d| tokio::time::Instant::now() + d);
         loop {
             // Every accept loop has counted its last client (Acquire pairs with
@@ -587,7 +604,7 @@ fn wait_for_signals(
             // descriptors it sends.
             if state.admission.all_loops_ended()
                 && state.admission.conns() == 0
-                && !crate::reload::handing_over()
+                && !state.handover.handing_over()
             {
                 break;
             }

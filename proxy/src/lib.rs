@@ -1,7 +1,7 @@
 //! shunt: an eBPF-assisted TCP proxy and load balancer.
 //!
 //! One folder or file per room (see docs/architecture.md, which also gives the
-//! layer rule the modules are moving to):
+//! layer rule the modules follow and what does not follow it yet):
 //!
 //! - `config`: parse, validate, the immutable `Config`;
 //! - `daemon`: start-up in three stages, accept loops, signals, stop;

@@ -1,9 +1,11 @@
 //! Seamless reload: the listening sockets handed from the running process to its
 //! successor over the stats socket, as HAProxy's `-x PATH` / `expose-fd listeners`.
 //!
-//! Owns the process's exported listener descriptors (dups of every listening
-//! socket, kept while the process runs and closed at soft or hard stop), the
-//! server side of `_getsocks` and the client side the successor runs before it binds.
+//! Owns the server side of `_getsocks` and the client side the successor runs
+//! before it binds. The exported listener descriptors (dups of every listening
+//! socket, kept while the process runs and closed at soft or hard stop) and the
+//! hand-over flags are the runtime's `Handover`, which this module's
+//! `_getflows` server moves.
 //!
 //! Protocol (HAProxy's, so either side may be HAProxy's tooling): the client
 //! writes `_getsocks\n` on a stats socket configured with `expose-fd listeners`;
@@ -113,11 +115,11 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+
+use crate::runtime::Handover;
 
 /// Descriptors per `sendmsg` (HAProxy's value; the kernel's SCM_MAX_FD is 253).
 pub const MAX_SEND_FD: usize = 253;
@@ -146,37 +148,6 @@ pub enum ReloadError {
     Protocol { path: PathBuf, reason: String },
 }
 
-/// Dups of the process's listening sockets, for `_getsocks`.
-static EXPORTED: Mutex<Vec<OwnedFd>> = Mutex::new(Vec::new());
-/// Set once a successor committed its take-over (`_getflows`, then
-/// [`COMMIT`]): this process no longer speaks for the service (no
-/// `STOPPING=1` to systemd, no removal of the stats socket files or of the
-/// pinned maps when it stops). A successor that only fetched the sockets and
-/// then failed leaves it unset.
-static HANDED_OVER: AtomicBool = AtomicBool::new(false);
-
-fn exported() -> std::sync::MutexGuard<'static, Vec<OwnedFd>> {
-    EXPORTED
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Keep `fds` (dups of the listening sockets) for a successor.
-pub fn export(fds: Vec<OwnedFd>) {
-    *exported() = fds;
-}
-
-/// Close the exported dups (the process stops listening: at soft or hard stop the
-/// sockets must close with the listeners, unless a successor holds them).
-pub fn close_exported() {
-    exported().clear();
-}
-
-/// Whether a successor took this process over (its commit was acknowledged).
-pub fn handed_over() -> bool {
-    HANDED_OVER.load(Ordering::Relaxed)
-}
-
 fn set_blocking_with_timeouts(fd: BorrowedFd<'_>) -> std::io::Result<()> {
     let s = socket2::SockRef::from(&fd);
     s.set_nonblocking(false)?;
@@ -185,17 +156,12 @@ fn set_blocking_with_timeouts(fd: BorrowedFd<'_>) -> std::io::Result<()> {
 }
 
 /// Serve `_getsocks` on `conn` (a CLI connection whose socket has `expose-fd
-/// listeners`): send every exported descriptor. Blocking, each step bounded by
-/// [`XFER_TIMEOUT`]; the caller closes the connection afterwards.
-pub fn serve_getsocks(conn: BorrowedFd<'_>) -> std::io::Result<usize> {
+/// listeners`): send every descriptor `handover` exported. Blocking, each step
+/// bounded by [`XFER_TIMEOUT`]; the caller closes the connection afterwards.
+pub fn serve_getsocks(handover: &Handover, conn: BorrowedFd<'_>) -> std::io::Result<usize> {
     // Our own dups for the duration of the transfer: a concurrent stop may close
     // the exported ones meanwhile.
-    let held: Vec<OwnedFd> = {
-        let g = exported();
-        g.iter()
-            .map(|f| f.try_clone())
-            .collect::<std::io::Result<_>>()?
-    };
+    let held: Vec<OwnedFd> = handover.exported_dups()?;
     if held.is_empty() {
         return Ok(0);
     }
@@ -335,15 +301,6 @@ const COMMIT_PROTO: i32 = 0x5348_5632;
 /// could fail ran before it asked), so this only bounds a successor that
 /// hangs or died: the old process holds its accepts that long at most.
 const COMMIT_WAIT: Duration = Duration::from_secs(5);
-
-/// Set while this process hands its kernel flows over: the soft stop must not
-/// end (and close the descriptors being sent) before the transfer did.
-static HANDING_OVER: AtomicBool = AtomicBool::new(false);
-
-/// Whether a `_getflows` transfer is in progress.
-pub fn handing_over() -> bool {
-    HANDING_OVER.load(Ordering::Relaxed)
-}
 
 /// A kernel flow received from the predecessor.
 #[derive(Debug)]
@@ -519,7 +476,7 @@ pub async fn serve_getflows(
         return serve_getflows_v1(state, &mut stream, ours, theirs).await;
     }
     stream.write_all(&COMMIT_PROTO.to_ne_bytes())?;
-    HANDING_OVER.store(true, Ordering::SeqCst);
+    state.handover.set_handing_over(true);
     // No new flow starts here while the successor decides (the accept loops
     // wait, their sockets open); ours to release if it does not commit.
     state.admission.hold_accepting(true);
@@ -552,7 +509,7 @@ pub async fn serve_getflows(
     if committed {
         // Our copies close; the successor's descriptors hold the sockets.
         drop(flows);
-        HANDED_OVER.store(true, Ordering::SeqCst);
+        state.handover.mark_handed_over();
         if let Err(e) = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::SIGUSR1) {
             tracing::warn!(error = %e, "_getflows: cannot start the soft stop");
         }
@@ -564,7 +521,7 @@ pub async fn serve_getflows(
         take_back(state, flows);
         state.admission.hold_accepting(false);
     }
-    HANDING_OVER.store(false, Ordering::SeqCst);
+    state.handover.set_handing_over(false);
     if committed {
         Ok(n)
     } else {
@@ -604,14 +561,14 @@ async fn serve_getflows_v1(
         stream.write_all(&MAPS_DIFFER.to_ne_bytes())?;
         return Ok(0);
     }
-    HANDING_OVER.store(true, Ordering::SeqCst);
+    state.handover.set_handing_over(true);
     if let Err(e) = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::SIGUSR1) {
         tracing::warn!(error = %e, "_getflows: cannot start the soft stop");
     }
     let flows = crate::handoff::sockmap::collect_handover(QUIESCE_LIMIT).await;
     let result = match send_flows(state, stream, &flows) {
         Ok(()) => {
-            HANDED_OVER.store(true, Ordering::SeqCst);
+            state.handover.mark_handed_over();
             Ok(flows.len())
         }
         Err(e) => {
@@ -619,7 +576,7 @@ async fn serve_getflows_v1(
             Err(e)
         }
     };
-    HANDING_OVER.store(false, Ordering::SeqCst);
+    state.handover.set_handing_over(false);
     result
 }
 
@@ -1033,7 +990,7 @@ async fn run_adopted(
     }
     let _gauges = Gauges(ctrs);
     let timeouts = match route {
-        Some(r) => crate::session::flow_timeouts(
+        Some(r) => crate::runtime::flow::timeouts(
             &state.config.frontends[r.fe],
             &state.config.backends[r.be],
         ),
@@ -1041,6 +998,6 @@ async fn run_adopted(
     };
     let meter = AdoptedMeter { ctrs, route };
     let out = crate::handoff::resume(client, server, snap, prior, timeouts, &meter).await;
-    crate::session::account_end(&state, &out, log.as_mut(), ctrs);
+    crate::runtime::flow::account_end(&state, &out, log.as_mut(), ctrs);
     tracing::debug!(%peer, to_server = out.to_server, to_client = out.to_client, end = ?out.end, "adopted flow closed");
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 use crate::config::{Backend, ForwardMode, Frontend, UseBackend};
-use crate::handoff::{self, End, FlowTimeouts, Meter, Mode, Plan, Promote};
+use crate::handoff::{self, End, Meter, Mode, Plan, Promote};
 use crate::lb::spares::ConnectError;
 use crate::lb::AcquireError;
 use crate::log::format::{Cause, Phase as LogPhase};
@@ -181,16 +181,6 @@ fn choose_plan(state: &Runtime, fe: &Frontend, be: &Backend) -> Plan {
     }
 }
 
-pub(crate) fn flow_timeouts(fe: &Frontend, be: &Backend) -> FlowTimeouts {
-    FlowTimeouts {
-        client: fe.timeouts.client,
-        server: be.timeouts.server,
-        tunnel: be.timeouts.tunnel.or(fe.timeouts.tunnel),
-        client_fin: fe.timeouts.client_fin,
-        server_fin: be.timeouts.server_fin,
-    }
-}
-
 /// A connection to the server of `rt` for a new flow: a warm spare of the pool
 /// when one is good (a spare that a server-first greeting is waiting on keeps it
 /// unread, so the forwarding delivers it to the client), else a fresh connect.
@@ -231,77 +221,6 @@ async fn connect_server(
 
 /// Fresh connects restarted because the server's address changed under them.
 const MAX_ADDR_CHANGE_RETRIES: usize = 3;
-
-/// How a flow ended, into the mode counters, its log line and the
-/// frontend, backend and server counters: the one mapping for flows accepted
-/// here and flows adopted in a reload. A flow handed to a successor is
-/// neither logged nor counted here (the successor does it when it ends).
-pub(crate) fn account_end(
-    state: &Runtime,
-    out: &handoff::Outcome,
-    log: Option<&mut crate::log::FlowGuard>,
-    ctrs: Option<[&crate::stats::Counters; 3]>,
-) {
-    if out.handed_over {
-        if let Some(l) = log {
-            l.discard();
-        }
-        return;
-    }
-    state
-        .stats
-        .modes
-        .done(out.mode, out.to_server + out.to_client);
-    if let Some(l) = log {
-        l.forwarded(
-            out.to_server,
-            out.to_client,
-            out.mode.name(),
-            crate::log::cause_of(&out.end),
-        );
-    }
-    let Some([fe, be, srv]) = ctrs else {
-        return;
-    };
-    match &out.end {
-        End::Done => {}
-        End::ClientReset => {
-            for c in [fe, be, srv] {
-                c.event(Event::ClientAbort);
-            }
-        }
-        End::ServerReset => {
-            be.event(Event::ServerAbort);
-            srv.event(Event::ServerAbort);
-            srv.event(Event::RespError);
-        }
-        End::ClientTimeout | End::ServerTimeout => {
-            fe.event(Event::Timeout);
-            be.event(Event::Timeout);
-        }
-        // As the resets of the same side: the peer broke the flow.
-        End::Error {
-            origin: handoff::Origin::Client,
-            ..
-        } => {
-            for c in [fe, be, srv] {
-                c.event(Event::ClientAbort);
-            }
-        }
-        End::Error {
-            origin: handoff::Origin::Server,
-            ..
-        } => {
-            be.event(Event::ServerAbort);
-            srv.event(Event::ServerAbort);
-            srv.event(Event::RespError);
-        }
-        End::Error {
-            origin: handoff::Origin::Internal,
-            ..
-        } => be.event(Event::RespError),
-    }
-}
 
 /// Run one client flow accepted on frontend `fe_idx`; `flow` is its id in this
 /// worker's registry (`stats::flows`), kept up to date as the flow progresses.
@@ -452,14 +371,14 @@ pub async fn run(
         server,
         Vec::new(),
         plan,
-        flow_timeouts(fe, be),
+        crate::runtime::flow::timeouts(fe, be),
         &meter,
     )
     .await;
     if let End::Error { origin, source } = &out.end {
         tracing::debug!(?origin, error = %source, "flow ended with an error");
     }
-    account_end(
+    crate::runtime::flow::account_end(
         &state,
         &out,
         Some(&mut log),

@@ -234,54 +234,6 @@ pub fn spawn_for_worker(
     tasks
 }
 
-/// HAProxy's `show stat` status word of a server (`UP`, `DOWN 1/2`, `no check`, ...).
-/// `cli_drain`: the CLI put the server in drain.
-pub fn status_word(s: &ServerRt, cli_drain: bool) -> String {
-    if s.is_maint() {
-        return "MAINT".to_string();
-    }
-    let (rise, fall, h) = (s.rise(), s.fall(), s.health());
-    let max = rise + fall - 1;
-    if s.is_up() && s.is_stopping() {
-        // HAProxy's SRV_ST_STOPPING (`set server B/S health stopping`).
-        return if !s.checked() || h >= max {
-            "NOLB".to_string()
-        } else {
-            format!("NOLB {}/{fall}", (h + 1).saturating_sub(rise))
-        };
-    }
-    if s.is_up() {
-        // Below `rise` while up only when forced up (the CLI): not "going down".
-        let going_down = s.checked() && h < max && h >= rise;
-        let n = (h + 1).saturating_sub(rise);
-        if cli_drain || s.is_agent_drain() {
-            return if s.agent_enabled() {
-                "DRAIN (agent)".to_string()
-            } else if going_down {
-                format!("DRAIN {n}/{fall}")
-            } else {
-                "DRAIN".to_string()
-            };
-        }
-        if going_down {
-            format!("UP {n}/{fall}")
-        } else if s.checked() {
-            "UP".to_string()
-        } else {
-            "no check".to_string()
-        }
-    } else if s.agent_enabled() && s.is_agent_down() {
-        "DOWN (agent)".to_string()
-    } else if s.checked() && (h == 0 || h >= rise) {
-        // At or above `rise` while down only when forced down (the CLI).
-        "DOWN".to_string()
-    } else if s.checked() || s.agent_enabled() {
-        format!("DOWN {h}/{rise}")
-    } else {
-        "DOWN".to_string()
-    }
-}
-
 /// The OS reason of an I/O error without Rust's ` (os error N)` suffix, as HAProxy
 /// prints `strerror`.
 pub fn os_reason(e: &std::io::Error) -> String {

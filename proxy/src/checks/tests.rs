@@ -8,8 +8,9 @@ use super::agent::{self, AgentAdmin, AgentHealth};
 use super::health::step;
 use super::probe::{self, eval_expect, Eval};
 use super::transition::{self, Cause};
-use super::{status_word, Outcome, Status};
+use super::{Outcome, Status};
 use crate::config::{ExpectKind, TcpCheckAction, TcpCheckRule, TcpExpect};
+use crate::lb::status::status_word;
 use crate::lb::{AdminState, Change, OpState, ServerRt};
 
 fn server(cfg: &str) -> ServerRt {

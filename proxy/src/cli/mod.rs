@@ -194,7 +194,6 @@ pub struct Listener {
 /// and moved into place by [`Sockets::publish`], so a start-up that fails
 /// before then leaves the path (and a running predecessor's socket there)
 /// as it was. Dropping it removes the files that are still this process's.
-#[derive(Default)]
 pub struct Sockets {
     listeners: Vec<Listener>,
     /// Fresh sockets not yet in place: (temporary path, configured path).
@@ -209,6 +208,9 @@ pub struct Sockets {
     /// serves ([`Sockets::own_inherited`]), so a start-up that fails removes
     /// none of them.
     inherited_paths: Vec<(PathBuf, Option<(u64, u64)>)>,
+    /// Read when dropping: a successor that took the process over serves
+    /// the same files.
+    handover: Arc<crate::runtime::Handover>,
 }
 
 fn file_id(path: &Path) -> Option<(u64, u64)> {
@@ -235,8 +237,16 @@ impl Sockets {
     pub fn bind(
         config: &Config,
         inherited: &mut crate::listeners::Inherited,
+        handover: Arc<crate::runtime::Handover>,
     ) -> Result<Self, CliError> {
-        let mut s = Sockets::default();
+        let mut s = Sockets {
+            listeners: Vec::new(),
+            pending: Vec::new(),
+            inherited: Vec::new(),
+            paths: Vec::new(),
+            inherited_paths: Vec::new(),
+            handover,
+        };
         for sock in &config.global.stats_sockets {
             let l = match inherited.take_unix(&sock.path) {
                 Some(listener) => {
@@ -313,7 +323,7 @@ impl Drop for Sockets {
             let _ = std::fs::remove_file(tmp);
         }
         // A successor that took our sockets over serves the same files.
-        if crate::reload::handed_over() {
+        if self.handover.handed_over() {
             return;
         }
         for (p, id) in &self.paths {
@@ -434,7 +444,7 @@ async fn accept_loop(ctx: Arc<Ctx>, listener: UnixListener, level: CliLevel, exp
         };
         let accepted = tokio::select! {
             r = listener.accept() => r,
-            _ = phase.wait_for(|p| *p != crate::runtime::Phase::Running && crate::reload::handed_over()) => {
+            _ = phase.wait_for(|p| *p != crate::runtime::Phase::Running && ctx.state.handover.handed_over()) => {
                 tracing::debug!("stats socket closed: the successor serves it");
                 return;
             }
@@ -572,12 +582,12 @@ async fn add_payload_sliced(
 }
 
 /// `_getsocks`: send the listening sockets over the connection's own socket.
-fn getsocks(sess: &Session) {
+fn getsocks(ctx: &Ctx, sess: &Session) {
     let Some(fd) = &sess.fd_passing else {
         return;
     };
     use std::os::fd::AsFd;
-    match crate::reload::serve_getsocks(fd.as_fd()) {
+    match crate::reload::serve_getsocks(&ctx.state.handover, fd.as_fd()) {
         Ok(n) => tracing::warn!(
             sockets = n,
             "_getsocks: listening sockets sent to a new process"
@@ -642,7 +652,7 @@ where
                             // HAProxy's seamless reload: answer with descriptors (or
                             // nothing without `expose-fd listeners`), then close.
                             let _ = send(ctx, &mut stream, &out).await;
-                            getsocks(&sess);
+                            getsocks(ctx, &sess);
                             return;
                         }
                         if req.words.first().map(String::as_str) == Some("_getflows") {

@@ -281,7 +281,7 @@ impl Row {
     }
 
     /// The warm-spare counters in shunt's columns.
-    fn warm(&mut self, c: crate::pool::Counters) {
+    fn warm(&mut self, c: crate::lb::spares::Counters) {
         let base = STAT_FIELDS.len();
         for (i, v) in [c.hit, c.miss, c.dead, c.purged].into_iter().enumerate() {
             self.set(base + i, v);
@@ -441,7 +441,7 @@ fn frontend_row(ctx: &Ctx, fi: usize, fe: &Frontend) -> Row {
 fn server_status(ctx: &Ctx, bi: usize, si: usize) -> String {
     let rt = &ctx.state.backends[bi].servers[si];
     let cli_drain = rt.admin_note().drain_weight.is_some();
-    crate::checks::status_word(rt, cli_drain)
+    crate::lb::status::status_word(rt, cli_drain)
 }
 
 fn server_row(ctx: &Ctx, bi: usize, si: usize, uptime: u64) -> Row {
@@ -641,8 +641,8 @@ fn backend_row(ctx: &Ctx, bi: usize, be: &Backend, uptime: u64) -> Row {
 /// The warm-spare counters summed over `servers`.
 fn warm_totals<'a>(
     servers: impl Iterator<Item = &'a crate::lb::ServerRt>,
-) -> crate::pool::Counters {
-    let mut c = crate::pool::Counters::default();
+) -> crate::lb::spares::Counters {
+    let mut c = crate::lb::spares::Counters::default();
     for s in servers {
         c += s.pool.counters();
     }
@@ -811,7 +811,7 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
             "DroppedLogs",
             "MGP",
             "u32",
-            crate::log::dropped().to_string(),
+            st.log.dropped().to_string(),
         ),
         (59, "BusyPolling", "MGP", "u32", "0".into()),
         (60, "FailedResolutions", "MGP", "u32", "0".into()),

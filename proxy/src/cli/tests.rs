@@ -98,6 +98,7 @@ fn make_ctx(config: Config) -> (Ctx, watch::Sender<Phase>) {
         rx,
         0,
         false,
+        Default::default(),
     ));
     (Ctx::new(state), tx)
 }
@@ -666,7 +667,7 @@ fn sockets_bind_with_mode_replace_stale_files_and_clean_up() {
         expose_fd_listeners: false,
     });
     let stale = std::fs::metadata(&path).unwrap();
-    let mut socks = Sockets::bind(&cfg, &mut Default::default()).expect("bind");
+    let mut socks = Sockets::bind(&cfg, &mut Default::default(), Default::default()).expect("bind");
     // Nothing at the configured path changes before publication.
     let before = std::fs::metadata(&path).unwrap();
     assert_eq!(
@@ -686,7 +687,7 @@ fn sockets_bind_with_mode_replace_stale_files_and_clean_up() {
     // A start-up that fails before publication leaves the path alone and
     // removes its temporary file.
     let held = std::os::unix::net::UnixListener::bind(&path).unwrap();
-    let socks = Sockets::bind(&cfg, &mut Default::default()).expect("bind");
+    let socks = Sockets::bind(&cfg, &mut Default::default(), Default::default()).expect("bind");
     drop(socks);
     assert!(path.exists(), "an unpublished start-up removed the path");
     assert_eq!(
@@ -699,7 +700,7 @@ fn sockets_bind_with_mode_replace_stale_files_and_clean_up() {
     // A regular file in the way is not deleted.
     std::fs::write(&path, b"keep").unwrap();
     assert!(matches!(
-        Sockets::bind(&cfg, &mut Default::default()),
+        Sockets::bind(&cfg, &mut Default::default(), Default::default()),
         Err(CliError::NotASocket { .. })
     ));
     assert_eq!(std::fs::read(&path).unwrap(), b"keep");

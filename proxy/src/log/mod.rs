@@ -1,8 +1,9 @@
 //! Traffic logs: one line per flow, sent to syslog (UDP, or TCP through a `ring`),
 //! stderr or stdout, as HAProxy's `log` / `option tcplog` / `log-format`.
 //!
-//! Owns the process-wide log system ([`Opened::start`]), the per-flow record kept by the
-//! session ([`FlowGuard`]) and the `DroppedLogs` counter ([`dropped`]).
+//! Owns the process's log system ([`Log`]: the `DroppedLogs` counter and, once
+//! [`Opened::start`] ran, the way to the log thread; the runtime holds it) and
+//! the per-flow record kept by the session ([`FlowGuard`]).
 //!
 //! Logging never blocks forwarding. A worker renders the line and `try_send`s it
 //! into its own bounded queue ([`QUEUE_DEPTH`] lines); a full queue drops the line
@@ -14,6 +15,10 @@
 //! Race window: the log thread starts after the workers may have accepted their
 //! first flow; a worker that logs before [`Opened::start`] ran finds no system and its
 //! line is counted as dropped (start-up order in `daemon.rs` makes it unreachable).
+//!
+//! Each worker's queue is a thread-local of its executor thread (the one kind
+//! of process-wide state the layering allows), made on first use and
+//! registered with the process's one started [`Log`].
 
 pub mod format;
 mod sender;
@@ -33,10 +38,6 @@ use format::{Cause, FlowLog, Names, Phase};
 
 /// Lines one worker may have waiting for the log thread; more are dropped.
 pub const QUEUE_DEPTH: usize = 4096;
-
-/// Log lines dropped since start (queue full, ring full, send failed).
-static DROPPED: AtomicU64 = AtomicU64::new(0);
-static SYSTEM: OnceLock<System> = OnceLock::new();
 
 thread_local! {
     /// This worker's queue to the log thread, made on first use.
@@ -63,15 +64,34 @@ struct Msg {
 struct System {
     /// New workers' queues, handed to the log thread.
     register: mpsc::UnboundedSender<mpsc::Receiver<Msg>>,
+    /// The host name (rfc5424 headers, `%H`), read once at start.
+    hostname: String,
 }
 
-/// Log lines dropped since start (`show info` `DroppedLogs`).
-pub fn dropped() -> u64 {
-    DROPPED.load(Ordering::Relaxed)
+/// The process's log system, held by the runtime: the count of dropped lines
+/// and, once started, the way to the log thread.
+#[derive(Default)]
+pub struct Log {
+    /// Log lines dropped since start (queue full, ring full, send failed).
+    dropped: AtomicU64,
+    /// Set by [`Opened::start`]; unset, every line is dropped and counted.
+    system: OnceLock<System>,
 }
 
-fn drop_line() {
-    DROPPED.fetch_add(1, Ordering::Relaxed);
+impl Log {
+    /// Log lines dropped since start (`show info` `DroppedLogs`).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    fn drop_line(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The host name read at start ("" before it).
+    fn hostname(&self) -> &str {
+        self.system.get().map_or("", |s| s.hostname.as_str())
+    }
 }
 
 /// The host name for rfc5424 headers and `%H`.
@@ -100,25 +120,30 @@ pub fn open(config: &Arc<Config>) -> Result<Option<Opened>, LogError> {
 }
 
 impl Opened {
-    /// Start the log thread. Call once, after privileges were dropped (the
-    /// thread must not keep capabilities).
-    pub fn start(self) -> Result<(), LogError> {
+    /// Start the log thread serving `log`. Call once, after privileges were
+    /// dropped (the thread must not keep capabilities).
+    pub fn start(self, log: &Arc<Log>) -> Result<(), LogError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let dests = self.0;
+        let hostname = dests.hostname().to_string();
+        let thread_log = log.clone();
         std::thread::Builder::new()
             .name("shunt-log".to_string())
-            .spawn(move || sender::run(dests, rx))
+            .spawn(move || sender::run(dests, rx, thread_log))
             .map_err(LogError::Thread)?;
-        // A second start (tests) keeps the first system.
-        let _ = SYSTEM.set(System { register: tx });
+        // A second start keeps the first system.
+        let _ = log.system.set(System {
+            register: tx,
+            hostname,
+        });
         Ok(())
     }
 }
 
 /// Queue `line` of frontend `fe` at `level` from this thread.
-fn emit(fe: usize, level: u8, line: String) {
-    let Some(sys) = SYSTEM.get() else {
-        drop_line();
+fn emit(log: &Log, fe: usize, level: u8, line: String) {
+    let Some(sys) = log.system.get() else {
+        log.drop_line();
         return;
     };
     let msg = Msg {
@@ -135,7 +160,7 @@ fn emit(fe: usize, level: u8, line: String) {
             tx
         });
         if tx.try_send(msg).is_err() {
-            drop_line();
+            log.drop_line();
         }
     });
 }
@@ -150,13 +175,19 @@ pub struct FlowGuard {
 }
 
 /// What a flow's log line reads from the running process when it is sent:
-/// the configuration and the gauges. Implemented by the runtime, so that this
-/// module needs nothing above it.
+/// the configuration, the gauges and the log system. Implemented by the
+/// runtime, so that this module needs nothing above it nor `stats` beside it.
 pub trait Process: Send + Sync {
     fn config(&self) -> &Config;
-    fn stats(&self) -> &crate::stats::Stats;
+    fn log(&self) -> &Log;
     /// Flows in the process now (`%ac`).
     fn conns(&self) -> usize;
+    /// Current flows of frontend `fe` (`%fc`; 0 for an unknown index).
+    fn frontend_conns(&self, fe: usize) -> usize;
+    /// Current flows of backend `be` (`%bc`; 0 for an unknown index).
+    fn backend_conns(&self, be: usize) -> usize;
+    /// Current flows of server `srv` of backend `be` (`%sc`; 0 for an unknown index).
+    fn server_conns(&self, be: usize, srv: usize) -> usize;
 }
 
 struct Inner {
@@ -305,20 +336,15 @@ impl Inner {
         }
         // This flow still holds the process gauge (released after the session).
         rec.actconn = st.conns().saturating_sub(1);
-        rec.feconn = st.stats().frontends.get(fe).map_or(0, |c| c.scur());
+        rec.feconn = st.frontend_conns(fe);
         if let Some(be) = rec.be {
-            rec.beconn = st.stats().backends.get(be).map_or(0, |c| c.scur());
+            rec.beconn = st.backend_conns(be);
             if let Some(srv) = rec.srv {
-                rec.srvconn = st
-                    .stats()
-                    .servers
-                    .get(be)
-                    .and_then(|v| v.get(srv))
-                    .map_or(0, |c| c.scur());
+                rec.srvconn = st.server_conns(be, srv);
             }
         }
         let backend = rec.be.and_then(|b| cfg.backends.get(b));
-        let hostname = sender::HOSTNAME.get().map_or("", String::as_str);
+        let hostname = st.log().hostname();
         let names = Names {
             frontend: cfg.frontends.get(fe).map_or("", |f| f.name.as_str()),
             backend: backend.map(|b| b.name.as_str()),
@@ -330,7 +356,7 @@ impl Inner {
         };
         let mut line = String::with_capacity(160);
         pl.format.render(&rec, &names, &mut line);
-        emit(fe, syslog::LEVEL_INFO, line);
+        emit(st.log(), fe, syslog::LEVEL_INFO, line);
     }
 }
 

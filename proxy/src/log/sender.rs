@@ -15,7 +15,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::Write as _;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -23,16 +23,13 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
 
 use super::syslog::{frame, Framing};
-use super::{drop_line, Msg};
+use super::{Log, Msg};
 use crate::config::{Config, LogDest, LogProto, Ring};
 
 /// Pause between two connection attempts to a ring server that is down.
 pub const RECONNECT_DELAY: Duration = Duration::from_millis(500);
 /// Largest batch of framed messages written to a ring server at once.
 const BATCH_MAX: usize = 64 << 10;
-
-/// The host name (rfc5424 headers, `%H`), read once at start.
-pub static HOSTNAME: OnceLock<String> = OnceLock::new();
 
 /// The backlog of one ring server: whole messages, at most `cap` bytes.
 struct Backlog {
@@ -116,7 +113,6 @@ fn udp(bind: &str) -> std::io::Result<UdpSocket> {
 
 impl Dests {
     pub fn open(config: &Arc<Config>, hostname: String) -> std::io::Result<Self> {
-        let _ = HOSTNAME.set(hostname.clone());
         let targets = config
             .global
             .traffic_logs
@@ -168,8 +164,14 @@ impl Dests {
         })
     }
 
-    /// Send `m` to every target of its frontend that takes its level.
-    fn deliver(&self, m: &Msg) {
+    /// The host name read at start (rfc5424 headers, `%H`).
+    pub fn hostname(&self) -> &str {
+        &self.hostname
+    }
+
+    /// Send `m` to every target of its frontend that takes its level; a line
+    /// a target could not take counts in `log`'s dropped lines.
+    fn deliver(&self, m: &Msg, log: &Log) {
         let Some(pl) = self.config.global.traffic_logs.get(m.fe) else {
             return;
         };
@@ -190,14 +192,14 @@ impl Dests {
                     let bytes = frame(&fr, m.at, &self.hostname, &m.line, true);
                     let sent = sock.as_ref().map(|s| s.send_to(&bytes, a));
                     if !matches!(sent, Some(Ok(_))) {
-                        drop_line();
+                        log.drop_line();
                     }
                 }
                 LogDest::Unix(path) => {
                     let bytes = frame(&fr, m.at, &self.hostname, &m.line, true);
                     let sent = self.unix.as_ref().map(|s| s.send_to(&bytes, path));
                     if !matches!(sent, Some(Ok(_))) {
-                        drop_line();
+                        log.drop_line();
                     }
                 }
                 LogDest::Stderr | LogDest::Stdout => {
@@ -208,12 +210,12 @@ impl Dests {
                         std::io::stdout().lock().write_all(&bytes)
                     };
                     if r.is_err() {
-                        drop_line();
+                        log.drop_line();
                     }
                 }
                 LogDest::Ring(name) => {
                     let Some(out) = self.rings.get(name) else {
-                        drop_line();
+                        log.drop_line();
                         continue;
                     };
                     // The ring's format decides the header; both lengths bound it.
@@ -225,7 +227,7 @@ impl Dests {
                         all &= b.push(bytes.clone());
                     }
                     if !all {
-                        drop_line();
+                        log.drop_line();
                     }
                 }
             }
@@ -235,7 +237,11 @@ impl Dests {
 
 /// The thread's body: a current-thread runtime running one forwarder per ring
 /// server and one drain task per worker queue.
-pub fn run(dests: Dests, mut register: mpsc::UnboundedReceiver<mpsc::Receiver<Msg>>) {
+pub fn run(
+    dests: Dests,
+    mut register: mpsc::UnboundedReceiver<mpsc::Receiver<Msg>>,
+    log: Arc<Log>,
+) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -257,14 +263,15 @@ pub fn run(dests: Dests, mut register: mpsc::UnboundedReceiver<mpsc::Receiver<Ms
                     out.ring.timeout_connect,
                     out.ring.timeout_server,
                     backlog.clone(),
+                    log.clone(),
                 ));
             }
         }
         while let Some(mut rx) = register.recv().await {
-            let d = dests.clone();
+            let (d, log) = (dests.clone(), log.clone());
             tokio::spawn(async move {
                 while let Some(m) = rx.recv().await {
-                    d.deliver(&m);
+                    d.deliver(&m, &log);
                 }
             });
         }
@@ -280,6 +287,7 @@ async fn forward(
     t_connect: Duration,
     t_server: Duration,
     backlog: Arc<Backlog>,
+    log: Arc<Log>,
 ) {
     let mut buf = Vec::with_capacity(BATCH_MAX);
     loop {
@@ -317,7 +325,7 @@ async fn forward(
                 _ => {
                     tracing::debug!(%ring, %addr, lost = n, "ring server write failed; reconnecting");
                     for _ in 0..n {
-                        drop_line();
+                        log.drop_line();
                     }
                     break;
                 }

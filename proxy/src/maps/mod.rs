@@ -312,6 +312,12 @@ const DROP_NICE: libc::c_int = 19;
 const DROP_BACKLOG_MAX: usize = 256;
 
 /// Garbage items sent to the `shunt-drop` thread and not yet freed.
+///
+/// Process-wide, with the thread's sender in [`drop_later`], because the
+/// caller that needs both is `Table`'s `Drop`: the last reference to a large
+/// version drops wherever it happens to be (a flow's lookup guard, a finished
+/// dump, a commit), with no runtime or `Maps` in reach to carry a handle, and
+/// every `Maps` of the process shares the one low-priority thread.
 static DROP_BACKLOG: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether this thread is the `shunt-drop` thread.
@@ -324,6 +330,8 @@ pub fn on_drop_thread() -> bool {
 /// the thread cannot be started.
 pub fn drop_later(garbage: Box<dyn Send>) {
     type Dropper = Option<Mutex<std::sync::mpsc::Sender<Box<dyn Send>>>>;
+    // Process-wide for the reason given at `DROP_BACKLOG`: reached from a
+    // `Drop` with no context; started on first use.
     static DROPPER: OnceLock<Dropper> = OnceLock::new();
     let tx = DROPPER.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel::<Box<dyn Send>>();

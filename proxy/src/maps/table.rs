@@ -94,6 +94,8 @@ impl Drop for Table {
 
 /// The root of an empty table, shared (what a dropped table keeps meanwhile).
 fn empty_root() -> Arc<[Arc<Mid>; FANOUT]> {
+    // Process-wide because it is a constant, not state: built once, never
+    // changed, and needed by `Table`'s `Drop`, which has no context.
     static EMPTY: std::sync::OnceLock<Arc<[Arc<Mid>; FANOUT]>> = std::sync::OnceLock::new();
     EMPTY
         .get_or_init(|| {

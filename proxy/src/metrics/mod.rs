@@ -267,7 +267,7 @@ fn process_metrics(b: &mut Builder, st: &Runtime) {
     b.counter(
         "haproxy_process_dropped_logs",
         "Total number of dropped logs.",
-        crate::log::dropped(),
+        st.log.dropped(),
     );
     b.counter(
         "haproxy_process_bytes_out",

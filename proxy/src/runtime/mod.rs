@@ -5,15 +5,20 @@
 //! Owns nothing itself but the composition: the immutable configuration,
 //! the process's [`Facts`], the backends' runtime state (`lb`), the runtime
 //! maps, the traffic counters (`stats`), [`Admission`] (flow counts, limits,
-//! the accept hold), the [`Lifecycle`] phase and the running [`Workers`].
+//! the accept hold), the [`Lifecycle`] phase, the running [`Workers`] and
+//! the process's part in a reload ([`Handover`]).
 //! Each part keeps its fields private and changes only through its own
 //! methods, so holding the runtime does not mean being able to change
-//! anything. Layering: `runtime` sits above `{config, lb, stats, maps, log}`
-//! and below `{session, checks, pool, reload, cli, metrics}` and `daemon`;
-//! it must not import any of those.
+//! anything. Beside the state, [`flow`] holds what accepted and adopted flows
+//! share (their timeouts, the accounting of their end). Layering: `runtime`
+//! sits above `{config, lb, stats, maps, log, listeners}` and below
+//! `{checks, pool, reload, metrics}`, `{session, cli}` and `daemon`; it must
+//! not import any of those.
 
 pub mod admission;
 pub mod facts;
+pub mod flow;
+pub mod handover;
 pub mod lifecycle;
 pub mod workers;
 
@@ -21,6 +26,7 @@ use std::sync::Arc;
 
 pub use admission::{Admission, ConnGuard, Limits};
 pub use facts::Facts;
+pub use handover::Handover;
 pub use lifecycle::{Lifecycle, Phase};
 pub use workers::Workers;
 
@@ -39,6 +45,11 @@ pub struct Runtime {
     pub admission: Admission,
     pub lifecycle: Lifecycle,
     pub workers: Workers,
+    /// The exported listeners and the hand-over flags (`reload`); shared
+    /// with the pidfile and the stats sockets, which read it when they drop.
+    pub handover: Arc<Handover>,
+    /// The log system: dropped lines, the way to the log thread once started.
+    pub log: Arc<crate::log::Log>,
 }
 
 impl Runtime {
@@ -51,6 +62,7 @@ impl Runtime {
         phase: tokio::sync::watch::Receiver<Phase>,
         accept_loops: usize,
         held: bool,
+        handover: Arc<Handover>,
     ) -> Self {
         let nbthread = facts.nbthread();
         Self {
@@ -60,6 +72,8 @@ impl Runtime {
             admission: Admission::new(Limits::new(&config), accept_loops, held),
             lifecycle: Lifecycle::new(phase),
             workers: Workers::new(nbthread),
+            handover,
+            log: Arc::default(),
             facts,
             config,
         }
@@ -70,10 +84,23 @@ impl crate::log::Process for Runtime {
     fn config(&self) -> &Config {
         &self.config
     }
-    fn stats(&self) -> &Stats {
-        &self.stats
+    fn log(&self) -> &crate::log::Log {
+        &self.log
     }
     fn conns(&self) -> usize {
         self.admission.conns()
+    }
+    fn frontend_conns(&self, fe: usize) -> usize {
+        self.stats.frontends.get(fe).map_or(0, |c| c.scur())
+    }
+    fn backend_conns(&self, be: usize) -> usize {
+        self.stats.backends.get(be).map_or(0, |c| c.scur())
+    }
+    fn server_conns(&self, be: usize, srv: usize) -> usize {
+        self.stats
+            .servers
+            .get(be)
+            .and_then(|v| v.get(srv))
+            .map_or(0, |c| c.scur())
     }
 }
