@@ -321,7 +321,6 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     let config = Arc::new(config);
     let nbthread = config.global.nbthread.unwrap_or_else(available_cpus).max(1);
     let forward_mode = opts.forward_mode.unwrap_or(config.global.forward_mode);
-    crate::handoff::init_pipes(config.global.pipesize, config.global.maxpipes);
 
     if opts.reloading() {
         crate::notify::notify_or_warn(&format!(

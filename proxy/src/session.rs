@@ -367,6 +367,7 @@ pub async fn run(
         f.mode = Some(plan.name());
     });
     let out = handoff::forward(
+        &state.pipes,
         client,
         server,
         Vec::new(),

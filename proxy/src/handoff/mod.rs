@@ -34,7 +34,8 @@ use tokio::net::TcpStream;
 
 use crate::sys::sock;
 use flow::{Dir, DirError, Flow, CLIENT_TO_SERVER, SERVER_TO_CLIENT};
-use pool::{Lease, PipePool, DEFAULT_MAX_PIPES};
+use pool::Lease;
+pub use pool::PipePool;
 
 pub use copy::COPY_BUF_SIZE;
 pub use pool::{MAX_PIPE_SIZE, MIN_PIPE_SIZE};
@@ -194,40 +195,10 @@ pub struct Outcome {
     pub promoted: Option<std::time::Duration>,
 }
 
-static PIPES: PipePool = PipePool::new(None, DEFAULT_MAX_PIPES);
-
-/// Configure the process-wide pipe pool once at start (tune.pipesize: None
-/// = kernel default; maxpipes). Calling it again replaces the settings and
-/// closes the free pipes (pipes in use finish under the old size).
-pub fn init_pipes(pipesize: Option<usize>, maxpipes: usize) {
-    PIPES.configure(pipesize, maxpipes);
-}
-
-/// Pipes currently leased by flows.
-pub fn pipes_in_use() -> usize {
-    PIPES.in_use()
-}
-
-/// Empty pipes kept for reuse.
-pub fn pipes_free() -> usize {
-    PIPES.free()
-}
-
-/// Forward until both directions are finished. `pending` = bytes userspace
-/// already read from the client while routing; they are written to the
-/// server FIRST.
-pub async fn forward(
-    client: TcpStream,
-    server: TcpStream,
-    pending: Vec<u8>,
-    plan: Plan,
-    timeouts: FlowTimeouts,
-    meter: &dyn Meter,
-) -> Outcome {
-    forward_in(&PIPES, client, server, pending, plan, timeouts, meter).await
-}
-
-/// `forward` with an explicit pipe pool (tests use private pools).
+/// Forward until both directions are finished, taking splice's pipes from
+/// `pool` (the runtime's; tests use private ones). `pending` = bytes
+/// userspace already read from the client while routing; they are written to
+/// the server FIRST.
 ///
 /// # Promotion
 /// In `Plan::Auto` with a promotion policy, the flow starts in userspace and
@@ -244,7 +215,7 @@ pub async fn forward(
 /// `promote::PARK_LIMIT` call the promotion off (the flow is watched again,
 /// a bounded number of times); a pair the kernel refuses goes on in
 /// userspace, never watched again.
-pub(crate) async fn forward_in(
+pub async fn forward(
     pool: &PipePool,
     client: TcpStream,
     server: TcpStream,

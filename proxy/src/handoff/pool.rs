@@ -1,4 +1,4 @@
-//! The process-wide pool of splice pipes.
+//! The pool of splice pipes (one per process, held by the runtime).
 //!
 //! Owns: every pipe used for splicing, its sizing (`tune.pipesize` through
 //! F_SETPIPE_SZ) and the `maxpipes` bound (pipes in use + pipes kept free
@@ -14,9 +14,6 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::sys::pipe as sys_pipe;
 
-/// Pipes allowed until `init_pipes` is called (HAProxy's default is
-/// maxconn/4; the daemon always configures it, this only covers tests/tools).
-pub const DEFAULT_MAX_PIPES: usize = 1024;
 /// Smallest pipe size honoured: one page (the kernel's minimum).
 pub const MIN_PIPE_SIZE: usize = 4096;
 /// Largest pipe size honoured: the kernel's default `fs.pipe-max-size`.
@@ -40,7 +37,7 @@ struct Inner {
     in_use: usize,
 }
 
-/// A bounded pool of pipes (one global instance; tests make private ones).
+/// A bounded pool of pipes (the runtime's; tests make private ones).
 #[derive(Debug)]
 pub struct PipePool {
     inner: Mutex<Inner>,
@@ -63,6 +60,14 @@ impl PipePool {
         // A panic while holding this lock leaves only counters and a Vec in a
         // consistent state (no multi-step invariant spans a panic point).
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A pool of at most `maxpipes` pipes of `pipesize` bytes (`tune.pipesize`,
+    /// clamped to what the kernel honours; `None`: its default).
+    pub fn configured(pipesize: Option<usize>, maxpipes: usize) -> Self {
+        let pool = Self::new(None, maxpipes);
+        pool.configure(pipesize, maxpipes);
+        pool
     }
 
     /// Replaces the configuration; free pipes of the old one are closed.

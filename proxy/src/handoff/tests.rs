@@ -1,7 +1,6 @@
 //! Tests of `forward` on real loopback sockets (port 0), each run in both
 //! modes: a tiny in-test proxy accepts the client, connects the server and
-//! calls `forward_in` with a private pipe pool (only the cork test uses the
-//! process-wide pool, through `init_pipes` and `forward`).
+//! calls `forward` with a private pipe pool.
 
 use std::cell::Cell;
 use std::io;
@@ -74,7 +73,7 @@ async fn proxy(
     t: FlowTimeouts,
 ) -> Outcome {
     let m = Counting::default();
-    let out = forward_in(pool, pc, ps, pending, Plan::Fixed(mode), t, &m).await;
+    let out = forward(pool, pc, ps, pending, Plan::Fixed(mode), t, &m).await;
     assert_eq!(m.up.get(), out.to_server, "meter vs outcome (to server)");
     assert_eq!(m.down.get(), out.to_client, "meter vs outcome (to client)");
     out
@@ -643,14 +642,14 @@ async fn cork_regression_8k_pipes() {
     // over what a loaded 2-core machine adds to a round trip (71 ms seen with
     // the whole unit suite running at once, under a 50 ms bound).
     const LIMIT: Duration = Duration::from_millis(150);
-    // The only test using the process-wide pool.
-    init_pipes(Some(8192), 16);
+    // Sized as `tune.pipesize 8192` sizes the runtime's pool.
+    let pool = &PipePool::configured(Some(8192), 16);
     {
-        let (a, b) = (PIPES.acquire().unwrap(), PIPES.acquire().unwrap());
+        let (a, b) = (pool.acquire().unwrap(), pool.acquire().unwrap());
         assert_eq!(sys_pipe::pipe_size(a.rd.as_fd()).unwrap(), 8192);
         assert_eq!(b.cap, 8192);
-        PIPES.release(a, true);
-        PIPES.release(b, true);
+        pool.release(a, true);
+        pool.release(b, true);
     }
     for mode in MODES {
         let r = rig().await;
@@ -680,7 +679,7 @@ async fn cork_regression_8k_pipes() {
                     assert!(rtt < LIMIT, "{mode:?}: {n} byte echo took {rtt:?}");
                     worst.push((n, rtt));
                     // A direction holds a pipe only while bytes move.
-                    assert!(pipes_in_use() <= if mode == Mode::Splice { 2 } else { 0 });
+                    assert!(pool.in_use() <= if mode == Mode::Splice { 2 } else { 0 });
                 }
             }
             cl.shutdown().await.unwrap();
@@ -690,6 +689,7 @@ async fn cork_regression_8k_pipes() {
         let m = Counting::default();
         let (out, (), worst) = tokio::join!(
             forward(
+                pool,
                 r.proxy_client,
                 r.proxy_server,
                 Vec::new(),
@@ -705,7 +705,7 @@ async fn cork_regression_8k_pipes() {
         let max = worst.iter().map(|w| w.1).max().unwrap();
         eprintln!("{mode:?}: worst echo round trip {max:?}");
     }
-    assert_eq!(pipes_in_use(), 0);
+    assert_eq!(pool.in_use(), 0);
 }
 
 async fn timed_flow(

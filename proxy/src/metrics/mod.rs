@@ -252,7 +252,7 @@ fn process_metrics(b: &mut Builder, st: &Runtime) {
     b.counter(
         "haproxy_process_pipes_used",
         "Number of pipes in used.",
-        u64::try_from(crate::handoff::pipes_in_use()).unwrap_or(0),
+        u64::try_from(st.pipes.in_use()).unwrap_or(0),
     );
     b.gauge(
         "haproxy_process_stopping",

@@ -50,6 +50,9 @@ pub struct Runtime {
     pub handover: Arc<Handover>,
     /// The log system: dropped lines, the way to the log thread once started.
     pub log: Arc<crate::log::Log>,
+    /// Splice's bounded pipe pool (`tune.pipesize`, `maxpipes`), shared by
+    /// every worker's flows.
+    pub pipes: crate::handoff::PipePool,
 }
 
 impl Runtime {
@@ -74,6 +77,10 @@ impl Runtime {
             workers: Workers::new(nbthread),
             handover,
             log: Arc::default(),
+            pipes: crate::handoff::PipePool::configured(
+                config.global.pipesize,
+                config.global.maxpipes,
+            ),
             facts,
             config,
         }
