@@ -33,7 +33,7 @@ use super::model::*;
 use super::units::parse_time;
 use super::ConfigError;
 // The submodules reach these as `super::model` and so on.
-use super::{addr, model, units};
+use super::{acl, addr, model, units};
 
 pub use global::GlobalDraft;
 pub use proxy::{Kind, ProxyDraft, UseBackendDraft};
