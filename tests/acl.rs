@@ -137,3 +137,36 @@ fn sample_configs_get_haproxys_verdict() {
         }
     }
 }
+
+#[test]
+fn sni_conditions_route_with_one_peek() {
+    let servers: Vec<Server> = (0..3).map(Server::tagged_echo).collect();
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket @DIR@/admin.sock level admin\n\n\
+         defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n    tcp-request inspect-delay 2s\n\n\
+         frontend fe\n    bind 127.0.0.1:{port}\n    acl shop req.ssl_sni -i -m beg shop.\n\
+         \x20   use_backend a if {{ req_ssl_sni -m end .example.com }} !shop\n\
+         \x20   use_backend b if shop || {{ req.ssl_sni -m reg ^b[0-9]+\\.test$ }}\n    default_backend c\n\n\
+         backend a\n    server s {}\n\nbackend b\n    server s {}\n\nbackend c\n    server s {}\n",
+        servers[0].addr, servers[1].addr, servers[2].addr
+    );
+    let _shunt = Shunt::start(&cfg, &[]);
+    let fe = SocketAddr::from(([127, 0, 0, 1], port));
+    let tag = |hello: Vec<u8>| {
+        let mut s = connect_from([127, 0, 0, 1], fe);
+        s.write_all(&hello).expect("send hello");
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).expect("server tag");
+        // The peeked hello reaches the server whole (after the tag, echoed back).
+        let mut echo = vec![0u8; hello.len()];
+        s.read_exact(&mut echo).expect("echoed hello");
+        assert_eq!(echo, hello, "hello forwarded intact");
+        b[0]
+    };
+    assert_eq!(tag(client_hello(Some("www.example.com"))), 0);
+    assert_eq!(tag(client_hello(Some("SHOP.example.com"))), 1);
+    assert_eq!(tag(client_hello(Some("b42.test"))), 1);
+    assert_eq!(tag(client_hello(Some("b42.test.org"))), 2);
+    assert_eq!(tag(client_hello(None)), 2, "no name: no SNI term matches");
+}
