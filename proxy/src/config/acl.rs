@@ -52,8 +52,9 @@ enum Kind {
 }
 
 impl Fetch {
-    fn by_name(s: &str) -> Option<Self> {
-        Some(match s {
+    /// The fetch `s` names, and its keyword as a static string.
+    fn by_name(s: &str) -> Option<(Self, &'static str)> {
+        let f = match s {
             "src" => Fetch::Src,
             "src_port" => Fetch::SrcPort,
             "dst" => Fetch::Dst,
@@ -62,7 +63,15 @@ impl Fetch {
             "always_true" => Fetch::AlwaysTrue,
             "always_false" => Fetch::AlwaysFalse,
             _ => return None,
-        })
+        };
+        Some((
+            f,
+            if s == "req_ssl_sni" {
+                "req_ssl_sni"
+            } else {
+                f.name()
+            },
+        ))
     }
 
     /// The name HAProxy gives the fetch in messages.
@@ -135,6 +144,8 @@ pub enum Patterns {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Expr {
     pub fetch: Fetch,
+    /// The fetch's keyword as written (`req_ssl_sni` or `req.ssl_sni`), for messages.
+    pub keyword: &'static str,
     pub patterns: Patterns,
 }
 
@@ -255,12 +266,12 @@ impl Cond {
         self.first_fetch(Fetch::SslSni).is_some()
     }
 
-    /// The first term (its name, if any) that uses `fetch`.
-    pub fn first_fetch(&self, fetch: Fetch) -> Option<&Term> {
+    /// The first term that uses `fetch`, and the expression that does.
+    pub fn first_fetch(&self, fetch: Fetch) -> Option<(&Term, &Expr)> {
         self.suites
             .iter()
             .flatten()
-            .find(|t| t.exprs.iter().any(|e| e.fetch == fetch))
+            .find_map(|t| t.exprs.iter().find(|e| e.fetch == fetch).map(|e| (t, e)))
     }
 }
 
@@ -332,7 +343,7 @@ fn parse_expr(words: &[String]) -> Result<Expr, String> {
     let Some(fname) = words.first() else {
         return Err("missing fetch method in ACL expression ''".to_string());
     };
-    let fetch = Fetch::by_name(fname)
+    let (fetch, keyword) = Fetch::by_name(fname)
         .ok_or_else(|| format!("unknown fetch method '{fname}' in ACL expression '{fname}'"))?;
     let mut icase = false;
     let mut how: Option<Method> = None;
@@ -380,6 +391,7 @@ fn parse_expr(words: &[String]) -> Result<Expr, String> {
             Kind::Bool => {
                 return Ok(Expr {
                     fetch,
+                    keyword,
                     patterns: Patterns::Bool,
                 })
             }
@@ -418,7 +430,11 @@ fn parse_expr(words: &[String]) -> Result<Expr, String> {
         Method::Str(_) => return refuse("str"),
         Method::Reg => return refuse("reg"),
     };
-    Ok(Expr { fetch, patterns })
+    Ok(Expr {
+        fetch,
+        keyword,
+        patterns,
+    })
 }
 
 fn compile(p: &str, icase: bool) -> Result<Regex, String> {
@@ -457,7 +473,8 @@ fn int_patterns(pats: &[String]) -> Result<Vec<(i64, i64)>, String> {
     let mut op: Option<&str> = None;
     for p in pats {
         if let Some(o) = op.take() {
-            let n = num(p).ok_or_else(|| format!("'{p}' is not a number"))?;
+            let n = num(p)
+                .ok_or_else(|| format!("'{p}' is neither a number nor a supported operator"))?;
             out.push(match o {
                 "eq" => (n, n),
                 "lt" => (i64::MIN, n - 1),

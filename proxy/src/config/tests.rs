@@ -1968,6 +1968,18 @@ fn sni_in_tcp_request_connection_warns_as_haproxy() {
         .collect();
     assert_eq!(w, [
         "parsing [t.cfg:9] : acl 's' will never match in 'tcp-request connection' because it only involves keywords that are incompatible with 'frontend tcp-request connection rule'",
-        "parsing [t.cfg:10] : anonymous acl will never match in 'tcp-request connection' because it uses keyword 'req.ssl_sni' which is incompatible with 'frontend tcp-request connection rule'",
+        "parsing [t.cfg:10] : anonymous acl will never match in 'tcp-request connection' because it uses keyword 'req_ssl_sni' which is incompatible with 'frontend tcp-request connection rule'",
     ]);
+}
+
+#[test]
+fn tcp_request_after_use_backend_warns_as_haproxy() {
+    let l = ok(&format!(
+        "{DEFAULTS}frontend fe\n bind :1\n use_backend b\n tcp-request connection accept\nbackend b\n"
+    ));
+    assert!(
+        l.warnings.contains(&"parsing [t.cfg:9] : a 'tcp-request' rule placed after a 'use_backend' rule will still be processed before.".to_string()),
+        "{:#?}",
+        l.warnings
+    );
 }

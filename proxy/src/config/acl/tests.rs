@@ -165,7 +165,7 @@ fn errors_have_haproxy_wording() {
     );
     assert_eq!(
         err("acl p dst_port lt x"),
-        "error detected while parsing ACL 'p' : 'x' is not a number."
+        "error detected while parsing ACL 'p' : 'x' is neither a number nor a supported operator."
     );
     assert_eq!(
         err("acl p dst_port x"),

@@ -69,10 +69,17 @@ pub fn connection(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
             ))
         }
     };
-    if let Some(t) = cond.as_ref().and_then(|c| c.first_fetch(Fetch::SslSni)) {
+    // HAProxy's order: the placement warning, then the condition's.
+    if !d.use_backends.is_empty() {
+        l.warnings.push(format!(
+            "parsing [{}] : a 'tcp-request' rule placed after a 'use_backend' rule will still be processed before.",
+            l.loc
+        ));
+    }
+    if let Some((t, e)) = cond.as_ref().and_then(|c| c.first_fetch(Fetch::SslSni)) {
         let why = match &t.name {
             Some(n) => format!("acl '{n}' will never match in 'tcp-request connection' because it only involves keywords that are"),
-            None => "anonymous acl will never match in 'tcp-request connection' because it uses keyword 'req.ssl_sni' which is".to_string(),
+            None => format!("anonymous acl will never match in 'tcp-request connection' because it uses keyword '{}' which is", e.keyword),
         };
         l.warnings.push(format!(
             "parsing [{}] : {why} incompatible with 'frontend tcp-request connection rule'",
