@@ -65,6 +65,32 @@ fn allow_list_rejects_other_sources_and_counts_dcon() {
 }
 
 #[test]
+fn first_matching_connection_rule_decides() {
+    let server = Server::tagged_echo(9);
+    let port = free_port();
+    let cfg = simple_config(port, &[server.addr], "").replace(
+        "    default_backend be\n",
+        "    acl two src 127.0.0.2\n    tcp-request connection accept if two\n\
+         \x20   tcp-request connection reject if { src 127.0.0.0/8 }\n    default_backend be\n",
+    );
+    let shunt = Shunt::start(&cfg, &[]);
+    let fe = SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(
+        tag_of(connect_from([127, 0, 0, 2], fe)),
+        Some(9),
+        "accept stops the rules"
+    );
+    assert_eq!(
+        tag_of(connect_from([127, 0, 0, 3], fe)),
+        None,
+        "the reject applies"
+    );
+    eventually("one denied connection", Duration::from_secs(5), || {
+        stat(&shunt.sock(), "fe", "FRONTEND", "dcon") == 1
+    });
+}
+
+#[test]
 fn dst_port_and_named_acls_pick_the_backend() {
     let servers: Vec<Server> = (0..3).map(Server::tagged_echo).collect();
     let (p1, p2, p3) = (free_port(), free_port(), free_port());
