@@ -10,9 +10,9 @@
 //!
 //! Invariants: evaluation ([`Cond::eval`], [`Expr::eval`]) is pure and never
 //! allocates: patterns are pre-parsed (networks, integer ranges, lowercased
-//! strings for `-i`, compiled regexes). A named ACL is resolved when a
-//! condition names it (HAProxy refuses a name not declared yet), so a
-//! condition holds a copy of the ACL's declarations up to that line.
+//! strings for `-i`, compiled regexes). A condition may name only an ACL
+//! declared before it (as HAProxy), and once the proxy is parsed holds a copy
+//! of all that ACL's declarations ([`Cond::complete`]).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -264,6 +264,21 @@ impl Cond {
     /// Some term fetches the TLS server name (the flow must peek for it).
     pub fn uses_sni(&self) -> bool {
         self.first_fetch(Fetch::SslSni).is_some()
+    }
+
+    /// Gives every named term all the declarations of its ACL in the proxy, the
+    /// lines after the rule included (HAProxy's rules share the ACL). Run once
+    /// the proxy's section is over; the parser already refused unknown names.
+    pub fn complete(&mut self, acls: &[NamedAcl]) {
+        for t in self.suites.iter_mut().flatten() {
+            if let Some(a) = t
+                .name
+                .as_ref()
+                .and_then(|n| acls.iter().find(|a| a.name == *n))
+            {
+                t.exprs.clone_from(&a.exprs);
+            }
+        }
     }
 
     /// The first term that uses `fetch`, and the expression that does.

@@ -1983,3 +1983,19 @@ fn tcp_request_after_use_backend_warns_as_haproxy() {
         l.warnings
     );
 }
+
+#[test]
+fn a_named_acl_gathers_lines_declared_after_the_rule() {
+    let c = okd(
+        "frontend fe\n bind :1\n acl lan src 10.0.0.0/8\n tcp-request connection reject unless lan\n \
+         use_backend b if lan\n acl lan src 192.168.0.0/16\n default_backend b\nbackend b\n",
+    );
+    let fe = &c.frontends[0];
+    let ctx = AclCtx {
+        src: sa("192.168.1.1:5"),
+        dst: None,
+        sni: None,
+    };
+    assert!(fe.use_backend_conds[0].as_ref().unwrap().eval(&ctx));
+    assert!(!fe.tcp_connection[0].cond.as_ref().unwrap().eval(&ctx));
+}
