@@ -93,7 +93,7 @@ const MALFORMED: &[(&str, &str, &str)] = &[
     (
         "acl.cfg",
         "frontend fe\n    bind :8080\n    use_backend be if is_ok\nbackend be\n",
-        "parsing [{f}:3] : 'use_backend' : conditions ('if') are not supported by shunt yet (ACLs come later).",
+        "parsing [{f}:3] : error detected while parsing switching rule : no such ACL : 'is_ok'.",
     ),
     (
         "dup_bind.cfg",

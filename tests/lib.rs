@@ -457,3 +457,32 @@ pub fn kernel_diagnostics(shunt: &Shunt) -> String {
         .collect();
     format!("counters {counters:?}; log:\n{}", log.join("\n"))
 }
+
+/// A minimal TLS 1.2 ClientHello in one record, with a `server_name` extension for
+/// `sni` when given (after a `supported_groups` extension).
+pub fn client_hello(sni: Option<&str>) -> Vec<u8> {
+    let mut exts = vec![0x00, 0x0a, 0x00, 0x04, 0x00, 0x02, 0x00, 0x1d];
+    if let Some(name) = sni {
+        let n = u16::try_from(name.len()).expect("short name");
+        exts.extend_from_slice(&[0x00, 0x00]);
+        exts.extend_from_slice(&(n + 5).to_be_bytes());
+        exts.extend_from_slice(&(n + 3).to_be_bytes());
+        exts.push(0x00);
+        exts.extend_from_slice(&n.to_be_bytes());
+        exts.extend_from_slice(name.as_bytes());
+    }
+    let mut body = vec![0x03, 0x03];
+    body.extend_from_slice(&[0x5a; 32]);
+    body.push(0x00);
+    body.extend_from_slice(&[0x00, 0x02, 0xc0, 0x2f]);
+    body.extend_from_slice(&[0x01, 0x00]);
+    body.extend_from_slice(&(exts.len() as u16).to_be_bytes());
+    body.extend_from_slice(&exts);
+    let mut hs = vec![0x01];
+    hs.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
+    hs.extend_from_slice(&body);
+    let mut rec = vec![0x16, 0x03, 0x01];
+    rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+    rec.extend_from_slice(&hs);
+    rec
+}

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
-use crate::config::{Backend, ForwardMode, Frontend, UseBackend};
+use crate::config::{AclCtx, Backend, ForwardMode, Frontend, TcpConnAction, UseBackend};
 use crate::handoff::{self, End, Meter, Mode, Plan, Promote};
 use crate::lb::spares::ConnectError;
 use crate::lb::AcquireError;
@@ -71,45 +71,83 @@ impl Meter for FlowMeter<'_> {
     }
 }
 
-/// The backend a flow from `peer` routes to. Every `use_backend` rule is unconditional,
-/// so the first one decides, as in HAProxy's switching rules:
+/// The backend a flow from `peer` routes to: HAProxy's switching rules. The first
+/// `use_backend` rule whose condition holds (or that has none) decides:
 /// - `use_backend NAME` → that backend;
 /// - `use_backend %[src,map_ip(FILE[,DEFAULT])]` → the backend the longest matching key's
 ///   value names, else the one DEFAULT names; a value that names no backend (or no match
 ///   and no DEFAULT) ends the rules and `default_backend` applies.
-///
 /// - `use_backend %[req.ssl_sni,map(FILE[,DEFAULT])]` / `map_dom` → the same with the
 ///   TLS server name, read by peeking at the client's ClientHello ([`peek_sni`]); an
 ///   absent, malformed or late (after `tcp-request inspect-delay`) hello takes DEFAULT.
 ///
-/// No rule → `default_backend`. The map lookup is one lock-free load and a hash probe
-/// per prefix length in use, or per label for `map_dom` (`maps/table.rs`).
+/// No rule applies → `default_backend`. The hello is peeked once, when the first rule
+/// that needs the name (an SNI map or a `req.ssl_sni` condition) is reached. The map
+/// lookup is one lock-free load and a hash probe per prefix length in use, or per label
+/// for `map_dom` (`maps/table.rs`); a condition is a walk of its compiled tree.
 async fn route(
     state: &Runtime,
     fe: &Frontend,
     peer: SocketAddr,
     client: &TcpStream,
 ) -> Option<usize> {
-    let found = match fe.use_backends.first() {
-        None => return fe.default_backend,
-        Some(UseBackend::Static(be)) => return Some(*be),
-        Some(UseBackend::SrcMap {
-            map,
-            default_target,
-            ..
-        }) => state.maps.route(*map, peer.ip()).unwrap_or(*default_target),
-        Some(UseBackend::SniMap {
-            map,
-            dom,
-            default_target,
-            ..
-        }) => match peek_sni(client, fe.timeouts.inspect_delay).await {
-            Some(name) => state.maps.route_name(*map, &name, *dom),
-            None => None,
+    let dst = client.local_addr().ok();
+    // Outer `None`: not peeked yet.
+    let mut sni: Option<Option<String>> = None;
+    for (rule, cond) in fe.use_backends.iter().zip(&fe.use_backend_conds) {
+        let wants_sni = matches!(rule, UseBackend::SniMap { .. })
+            || cond.as_ref().is_some_and(|c| c.uses_sni());
+        if wants_sni && sni.is_none() {
+            sni = Some(peek_sni(client, fe.timeouts.inspect_delay).await);
         }
-        .unwrap_or(*default_target),
+        let name = sni.as_ref().and_then(|s| s.as_deref());
+        if let Some(c) = cond {
+            let ctx = AclCtx {
+                src: peer,
+                dst,
+                sni: name,
+            };
+            if !c.eval(&ctx) {
+                continue;
+            }
+        }
+        let found = match rule {
+            UseBackend::Static(be) => return Some(*be),
+            UseBackend::SrcMap {
+                map,
+                default_target,
+                ..
+            } => state.maps.route(*map, peer.ip()).unwrap_or(*default_target),
+            UseBackend::SniMap {
+                map,
+                dom,
+                default_target,
+                ..
+            } => name
+                .and_then(|n| state.maps.route_name(*map, n, *dom))
+                .unwrap_or(*default_target),
+        };
+        return found.or(fe.default_backend);
+    }
+    fe.default_backend
+}
+
+/// The verdict of the frontend's `tcp-request connection` rules on a new
+/// connection: the first rule whose condition holds decides (`accept` stops
+/// the rules, `reject` refuses); none → accepted. Nothing has been read yet,
+/// so a `req.ssl_sni` term sees no name (the parser warned).
+fn connection_accepted(fe: &Frontend, peer: SocketAddr, dst: Option<SocketAddr>) -> bool {
+    let ctx = AclCtx {
+        src: peer,
+        dst,
+        sni: None,
     };
-    found.or(fe.default_backend)
+    for rule in &fe.tcp_connection {
+        if rule.cond.as_ref().is_none_or(|c| c.eval(&ctx)) {
+            return rule.action == TcpConnAction::Accept;
+        }
+    }
+    true
 }
 
 /// Peek buffer for the ClientHello: one full TLS record with its header.
@@ -236,6 +274,14 @@ pub async fn run(
     // The traffic log line, emitted when this drops: declared first so that it
     // drops last, after the gauges below (HAProxy's end-of-flow counts).
     let mut log = FlowGuard::new(&state, fe_idx, peer, client.local_addr().ok());
+    if !connection_accepted(fe, peer, client.local_addr().ok()) {
+        // As HAProxy: counted in the frontend's denied connections, never a
+        // session, never logged; dropping the socket closes it.
+        tracing::debug!(frontend = %fe.name, %peer, "rejected by tcp-request connection");
+        fe_ctr.event(Event::Denied);
+        log.discard();
+        return;
+    }
     fe_ctr.event(Event::Session);
     let _fe_open = Open::new(fe_ctr);
 

@@ -60,6 +60,8 @@ fn reference_config(fe_bind: SocketAddr, s_ports: [u16; 2]) -> Config {
             binds: vec![fe_bind],
             default_backend: Some(0),
             use_backends: vec![],
+            use_backend_conds: vec![],
+            tcp_connection: vec![],
             maxconn: 0,
             timeouts: Timeouts::default(),
             splice: Default::default(),

@@ -8,6 +8,7 @@
 //! Library code never prints: the binary formats [`ConfigError`] and the
 //! warning strings (`[ALERT]`/`[WARNING]` prefixes are its job).
 
+pub mod acl;
 mod addr;
 mod lexer;
 pub mod logspec;

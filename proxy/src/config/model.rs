@@ -4,6 +4,7 @@
 //! mutated at run time; runtime state (server health, weights set by the CLI,
 //! counters) lives elsewhere and refers to these items by index.
 
+pub use super::acl::{AclCtx, Cond};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -473,8 +474,13 @@ pub struct Frontend {
     pub binds: Vec<SocketAddr>,
     /// Index into [`Config::backends`].
     pub default_backend: Option<usize>,
-    /// Unconditional `use_backend` rules, in order.
+    /// `use_backend` rules, in order (HAProxy's switching rules).
     pub use_backends: Vec<UseBackend>,
+    /// The `if|unless` condition of each `use_backends` rule, same index; `None`
+    /// for an unconditional rule.
+    pub use_backend_conds: Vec<Option<Cond>>,
+    /// `tcp-request connection` rules, in order, evaluated at accept.
+    pub tcp_connection: Vec<TcpConnRule>,
     /// 0 = limited only by global maxconn.
     pub maxconn: usize,
     pub timeouts: Timeouts,
@@ -500,7 +506,23 @@ pub struct Backend {
     pub line: Location,
 }
 
-/// One unconditional `use_backend` rule.
+/// What a `tcp-request connection` rule does when its condition holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpConnAction {
+    /// Stop evaluating the rules; the connection goes on.
+    Accept,
+    /// Close the connection at once (counted in the frontend's `dcon`).
+    Reject,
+}
+
+/// `tcp-request connection accept|reject [if|unless COND]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TcpConnRule {
+    pub action: TcpConnAction,
+    pub cond: Option<Cond>,
+}
+
+/// The target of one `use_backend` rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UseBackend {
     /// `use_backend NAME` (index into [`Config::backends`]).

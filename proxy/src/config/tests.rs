@@ -840,7 +840,7 @@ fn proxy_keyword_errors() {
         ("log 127.0.0.1 local0 info notice x", "'log' cannot handle unexpected argument 'x'."),
         ("log-format %zz", "'log-format' not allowed because backend 'be' has no frontend capability."),
         ("http-request deny", "'http-request' is not supported by shunt (TCP only)."),
-        ("acl a src 1.2.3.4", "'acl' is not supported by shunt yet (ACLs come later)."),
+        ("acl a bogus 1", "error detected while parsing ACL 'a' : unknown fetch method 'bogus' in ACL expression 'bogus'."),
         ("bind :80", "'bind' not allowed because backend 'be' has no frontend capability."),
         ("use_backend x", "'use_backend' not allowed because backend 'be' has no frontend capability."),
         ("default_backend x", "'default_backend' not allowed because backend 'be' has no frontend capability."),
@@ -858,18 +858,55 @@ fn proxy_keyword_errors() {
 #[test]
 fn frontend_only_errors() {
     let cases: &[(&str, &str)] = &[
-        ("server s1 1.2.3.4:80", "'server' not allowed because frontend 'fe' has no backend capability."),
-        ("default-server weight 2", "'default-server' not allowed because frontend 'fe' has no backend capability."),
-        ("balance roundrobin", "'balance' not allowed because frontend 'fe' has no backend capability."),
-        ("retries 3", "'retries' not allowed because frontend 'fe' has no backend capability."),
-        ("fullconn 3", "'fullconn' not allowed because frontend 'fe' has no backend capability."),
-        ("option redispatch", "'option redispatch' not allowed because frontend 'fe' has no backend capability."),
+        (
+            "server s1 1.2.3.4:80",
+            "'server' not allowed because frontend 'fe' has no backend capability.",
+        ),
+        (
+            "default-server weight 2",
+            "'default-server' not allowed because frontend 'fe' has no backend capability.",
+        ),
+        (
+            "balance roundrobin",
+            "'balance' not allowed because frontend 'fe' has no backend capability.",
+        ),
+        (
+            "retries 3",
+            "'retries' not allowed because frontend 'fe' has no backend capability.",
+        ),
+        (
+            "fullconn 3",
+            "'fullconn' not allowed because frontend 'fe' has no backend capability.",
+        ),
+        (
+            "option redispatch",
+            "'option redispatch' not allowed because frontend 'fe' has no backend capability.",
+        ),
         ("use_backend", "'use_backend' expects a backend name."),
-        ("default_backend", "'default_backend' expects a backend name."),
-        ("use_backend be if x", "'use_backend' : conditions ('if') are not supported by shunt yet (ACLs come later)."),
-        ("use_backend be unless x", "'use_backend' : conditions ('unless') are not supported by shunt yet (ACLs come later)."),
-        ("use_backend be x", "'use_backend' cannot handle unexpected argument 'x'."),
-        ("maxconn x", "'maxconn' expects an integer argument (got 'x')."),
+        (
+            "default_backend",
+            "'default_backend' expects a backend name.",
+        ),
+        (
+            "use_backend be if x",
+            "error detected while parsing switching rule : no such ACL : 'x'.",
+        ),
+        (
+            "use_backend be unless { src 1.2.3.4",
+            "error detected while parsing switching rule : missing closing '}' in condition.",
+        ),
+        (
+            "use_backend be x",
+            "unexpected keyword 'x' after switching rule, only 'if' and 'unless' are allowed.",
+        ),
+        (
+            "default_backend be if x",
+            "'default_backend' cannot handle unexpected argument 'if'.",
+        ),
+        (
+            "maxconn x",
+            "'maxconn' expects an integer argument (got 'x').",
+        ),
     ];
     for (line, msg) in cases {
         assert_eq!(
@@ -1472,7 +1509,9 @@ fn tcp_request_errors() {
         ("tcp-request inspect-delay 5s x", "'tcp-request inspect-delay' cannot handle unexpected argument 'x'."),
         ("tcp-request content reject", "'tcp-request content reject' is not supported by shunt yet (only 'tcp-request content accept if { req_ssl_hello_type 1 }' is accepted; ACLs come later)."),
         ("tcp-request content accept if { req_ssl_hello_type 2 }", "'tcp-request content accept if { req_ssl_hello_type 2 }' is not supported by shunt yet (only 'tcp-request content accept if { req_ssl_hello_type 1 }' is accepted; ACLs come later)."),
-        ("tcp-request connection reject", "'tcp-request connection' is not supported by shunt yet (ACLs come later)."),
+        ("tcp-request connection bogus", "'tcp-request connection' expects 'accept' or 'reject' in frontend 'fe' (got 'bogus'; shunt supports no other action)."),
+        ("tcp-request connection reject x", "'tcp-request connection reject' only accepts 'if' or 'unless', in frontend 'fe' (got 'x')"),
+        ("tcp-request connection accept if !x", "'tcp-request connection accept' : error detected in frontend 'fe' while parsing 'if' condition : no such ACL : 'x'"),
         ("tcp-request foo", "'tcp-request' expects 'inspect-delay', 'connection', 'session' or 'content', got 'foo'."),
         ("tcp-request", "'tcp-request' expects 'inspect-delay', 'connection', 'session' or 'content'."),
     ];
@@ -1834,4 +1873,129 @@ fn pool_keywords_defaults_and_errors() {
         "{DEFAULTS}backend be\n server a 127.0.0.1:1 pool-max-conn -2\n"
     ))
     .contains("'pool-max-conn' expects an integer argument (got '-2')"),);
+}
+
+#[test]
+fn acls_build_conditions_on_rules() {
+    let c = okd(
+        "frontend fe\n bind :8080\n acl lo src 127.0.0.0/8\n acl tls dst_port 443\n \
+         tcp-request connection accept if lo\n tcp-request connection reject\n \
+         use_backend a if tls !lo\n use_backend b unless { dst_port 80 }\n use_backend a\n \
+         default_backend b\nbackend a\nbackend b\n",
+    );
+    let fe = &c.frontends[0];
+    assert_eq!(
+        fe.use_backends,
+        vec![
+            UseBackend::Static(0),
+            UseBackend::Static(1),
+            UseBackend::Static(0)
+        ]
+    );
+    assert_eq!(fe.use_backend_conds.len(), 3);
+    assert!(fe.use_backend_conds[2].is_none());
+    let ctx = |src: &str, dst: &str| AclCtx {
+        src: sa(src),
+        dst: Some(sa(dst)),
+        sni: None,
+    };
+    let first = fe.use_backend_conds[0].as_ref().unwrap();
+    assert!(first.eval(&ctx("10.0.0.1:5", "127.0.0.1:443")));
+    assert!(!first.eval(&ctx("127.0.0.1:5", "127.0.0.1:443")));
+    let second = fe.use_backend_conds[1].as_ref().unwrap();
+    assert!(second.unless);
+    assert!(!second.eval(&ctx("10.0.0.1:5", "127.0.0.1:80")));
+    assert_eq!(fe.tcp_connection.len(), 2);
+    assert_eq!(fe.tcp_connection[0].action, TcpConnAction::Accept);
+    assert_eq!(
+        fe.tcp_connection[1],
+        TcpConnRule {
+            action: TcpConnAction::Reject,
+            cond: None
+        }
+    );
+}
+
+#[test]
+fn acls_are_refused_in_defaults_and_resolved_per_proxy() {
+    assert_eq!(
+        err1("defaults\n acl x src 1.1.1.1\n"),
+        "parsing [t.cfg:2] : 'acl' not allowed in 'defaults' section."
+    );
+    assert_eq!(
+        err1(&format!(
+            "{DEFAULTS}defaults\n tcp-request connection reject\n"
+        )),
+        "parsing [t.cfg:7] : 'tcp-request connection' not allowed in 'defaults' section."
+    );
+    // An ACL belongs to its proxy, and must be declared before a rule names it.
+    assert_eq!(
+        err1(&format!(
+            "{DEFAULTS}frontend a\n bind :1\n acl x src 1.1.1.1\nfrontend b\n bind :2\n use_backend c if x\nbackend c\n"
+        )),
+        "parsing [t.cfg:11] : error detected while parsing switching rule : no such ACL : 'x'."
+    );
+    assert_eq!(
+        err1(&format!(
+            "{DEFAULTS}frontend a\n bind :1\n use_backend c if x\n acl x src 1.1.1.1\nbackend c\n"
+        )),
+        "parsing [t.cfg:8] : error detected while parsing switching rule : no such ACL : 'x'."
+    );
+    // A listen section and a backend take `acl` too.
+    okd("listen l\n bind :3\n acl ok src 127.0.0.1\n tcp-request connection reject unless ok\n server s 127.0.0.1:4\nbackend b\n acl x dst_port 1\n");
+}
+
+#[test]
+fn conditional_use_backend_keeps_unknown_backend_check() {
+    let e = errs(&format!(
+        "{DEFAULTS}frontend fe\n bind :1\n use_backend nope if {{ always_true }}\n default_backend b\nbackend b\n"
+    ));
+    assert_eq!(
+        e,
+        vec!["Proxy 'fe': unable to find required use_backend: 'nope'.".to_string()]
+    );
+}
+
+#[test]
+fn sni_in_tcp_request_connection_warns_as_haproxy() {
+    let l = ok(&format!(
+        "{DEFAULTS}frontend fe\n bind :1\n acl s req.ssl_sni a\n tcp-request connection reject if s\n tcp-request connection reject if {{ req_ssl_sni b }}\n default_backend b\nbackend b\n"
+    ));
+    let w: Vec<&String> = l
+        .warnings
+        .iter()
+        .filter(|w| w.contains("never match"))
+        .collect();
+    assert_eq!(w, [
+        "parsing [t.cfg:9] : acl 's' will never match in 'tcp-request connection' because it only involves keywords that are incompatible with 'frontend tcp-request connection rule'",
+        "parsing [t.cfg:10] : anonymous acl will never match in 'tcp-request connection' because it uses keyword 'req_ssl_sni' which is incompatible with 'frontend tcp-request connection rule'",
+    ]);
+}
+
+#[test]
+fn tcp_request_after_use_backend_warns_as_haproxy() {
+    let l = ok(&format!(
+        "{DEFAULTS}frontend fe\n bind :1\n use_backend b\n tcp-request connection accept\nbackend b\n"
+    ));
+    assert!(
+        l.warnings.contains(&"parsing [t.cfg:9] : a 'tcp-request' rule placed after a 'use_backend' rule will still be processed before.".to_string()),
+        "{:#?}",
+        l.warnings
+    );
+}
+
+#[test]
+fn a_named_acl_gathers_lines_declared_after_the_rule() {
+    let c = okd(
+        "frontend fe\n bind :1\n acl lan src 10.0.0.0/8\n tcp-request connection reject unless lan\n \
+         use_backend b if lan\n acl lan src 192.168.0.0/16\n default_backend b\nbackend b\n",
+    );
+    let fe = &c.frontends[0];
+    let ctx = AclCtx {
+        src: sa("192.168.1.1:5"),
+        dst: None,
+        sni: None,
+    };
+    assert!(fe.use_backend_conds[0].as_ref().unwrap().eval(&ctx));
+    assert!(!fe.tcp_connection[0].cond.as_ref().unwrap().eval(&ctx));
 }

@@ -85,8 +85,11 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             None => None,
         };
         let mut use_backends = Vec::with_capacity(d.use_backends.len());
+        let mut use_backend_conds = Vec::with_capacity(d.use_backends.len());
         let mut map_errors = Vec::new();
-        for (rule, loc) in &d.use_backends {
+        for (rule, cond, loc) in &d.use_backends {
+            // Each rule is pushed with its condition, or the config is refused.
+            use_backend_conds.push(complete(cond, &d.acls));
             match rule {
                 UseBackendDraft::Name(name) => {
                     if let Some(i) = resolve("use_backend", name) {
@@ -130,6 +133,15 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             binds,
             default_backend,
             use_backends,
+            use_backend_conds,
+            tcp_connection: d
+                .tcp_connection
+                .iter()
+                .map(|r| TcpConnRule {
+                    action: r.action,
+                    cond: complete(&r.cond, &d.acls),
+                })
+                .collect(),
             maxconn: d.maxconn,
             timeouts: d.timeouts,
             splice: d.splice,
@@ -160,6 +172,14 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             maps,
         },
         warnings,
+    })
+}
+
+/// `cond` with its named ACLs holding every declaration of the proxy's.
+fn complete(cond: &Option<Cond>, acls: &[super::acl::NamedAcl]) -> Option<Cond> {
+    cond.clone().map(|mut c| {
+        c.complete(acls);
+        c
     })
 }
 

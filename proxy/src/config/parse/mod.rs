@@ -12,7 +12,8 @@
 //!
 //! Invariants: a proxy draft is a copy of the defaults section in force when
 //! its header was read (the last one, or the one named by `from`); a defaults
-//! section never holds binds, servers or `use_backend` rules.
+//! section never holds binds, servers, `acl`s, `use_backend` or `tcp-request
+//! connection` rules.
 
 mod global;
 mod log;
@@ -33,7 +34,7 @@ use super::model::*;
 use super::units::parse_time;
 use super::ConfigError;
 // The submodules reach these as `super::model` and so on.
-use super::{addr, model, units};
+use super::{acl, addr, model, units};
 
 pub use global::GlobalDraft;
 pub use proxy::{Kind, ProxyDraft, UseBackendDraft};

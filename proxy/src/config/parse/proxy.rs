@@ -7,6 +7,7 @@
 
 use std::net::SocketAddr;
 
+use super::acl::{self, NamedAcl};
 use super::addr::parse_addr;
 use super::log::log_target;
 use super::model::*;
@@ -83,7 +84,12 @@ pub struct ProxyDraft {
     pub dontlognull: bool,
     pub log_format: Option<LogFormat>,
     pub default_backend: Option<(String, Location)>,
-    pub use_backends: Vec<(UseBackendDraft, Location)>,
+    /// Each rule with its condition.
+    pub use_backends: Vec<(UseBackendDraft, Option<Cond>, Location)>,
+    /// Named ACLs declared so far (never in a defaults section).
+    pub acls: Vec<NamedAcl>,
+    /// `tcp-request connection` rules, in order.
+    pub tcp_connection: Vec<TcpConnRule>,
     pub binds: Vec<(SocketAddr, Location)>,
     pub servers: Vec<ServerDraft>,
     pub default_server: ServerOpts,
@@ -120,6 +126,8 @@ impl ProxyDraft {
             log_format: None,
             default_backend: None,
             use_backends: Vec::new(),
+            acls: Vec::new(),
+            tcp_connection: Vec::new(),
             binds: Vec::new(),
             servers: Vec::new(),
             default_server: ServerOpts::default(),
@@ -234,6 +242,7 @@ pub const BE: Sections = Sections::BACKEND;
 pub const DEF_FE: Sections = DEF.or(FE);
 pub const DEF_BE: Sections = DEF.or(BE);
 pub const ALL: Sections = Sections::PROXIES;
+pub const FE_BE: Sections = FE.or(BE);
 
 /// The keywords of proxy sections, in the order "did you mean" hints
 /// consider them.
@@ -252,6 +261,8 @@ pub const PROXY: &[Keyword<ProxyDraft>] = &[
     Keyword::new(&["tcp-request"],                  DEF_FE, Args::Required, tcp_request::other),
     Keyword::new(&["tcp-request", "inspect-delay"], DEF_FE, Args::Required, tcp_request::inspect_delay),
     Keyword::new(&["tcp-request", "content"],       DEF_FE, Args::Required, tcp_request::content),
+    Keyword::new(&["tcp-request", "connection"],    FE,     Args::Required, tcp_request::connection),
+    Keyword::new(&["acl"],                          FE_BE,  Args::Required, acl_line),
     Keyword::new(&["retries"],                      DEF_BE, Args::Required, retries),
     Keyword::new(&["option"],                       ALL,    Args::Required, option_other),
     Keyword::new(&["option", "redispatch"],         DEF_BE, Args::None,     redispatch),
@@ -292,8 +303,8 @@ const HTTP_ONLY_KEYWORDS: &[&str] = &[
     "unique-id-format",
 ];
 
-/// HAProxy proxy keywords that need ACLs, which shunt does not have yet.
-const ACL_KEYWORDS: &[&str] = &["acl", "tcp-response", "stick", "stick-table"];
+/// HAProxy proxy keywords built on ACLs or stick tables that shunt does not have yet.
+const ACL_KEYWORDS: &[&str] = &["tcp-response", "stick", "stick-table"];
 
 /// One line of a defaults/frontend/backend/listen section.
 pub fn line(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
@@ -346,17 +357,12 @@ fn bind(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     Ok(())
 }
 
-/// The backend name of `default_backend NAME` and `use_backend NAME`.
+/// The backend name of `default_backend NAME` (which takes no condition).
 fn backend_name<'a>(l: &Line<'a>) -> Result<&'a str, String> {
     let kw = l.kw();
     let name = l
         .arg(1)
         .ok_or_else(|| format!("'{kw}' expects a backend name."))?;
-    if let Some(cond @ ("if" | "unless")) = l.arg(2) {
-        return Err(format!(
-            "'{kw}' : conditions ('{cond}') are not supported by shunt yet (ACLs come later)."
-        ));
-    }
     no_extra(l.args, 2, kw)?;
     Ok(name)
 }
@@ -367,11 +373,31 @@ fn default_backend(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     Ok(())
 }
 
+/// `use_backend NAME [if|unless COND]`.
 fn use_backend(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
-    let name = backend_name(l)?;
+    let name = l
+        .arg(1)
+        .ok_or_else(|| "'use_backend' expects a backend name.".to_string())?;
+    let cond = match l.arg(2) {
+        None => None,
+        Some(w) if w != "if" && w != "unless" => {
+            return Err(format!(
+                "unexpected keyword '{w}' after switching rule, only 'if' and 'unless' are allowed."
+            ))
+        }
+        Some(_) => Some(
+            acl::parse_cond(&l.args[2..], &d.acls)
+                .map_err(|e| format!("error detected while parsing switching rule : {e}."))?,
+        ),
+    };
     d.use_backends
-        .push((parse_use_backend(name)?, l.loc.clone()));
+        .push((parse_use_backend(name)?, cond, l.loc.clone()));
     Ok(())
+}
+
+/// `acl NAME FETCH [flags] PATTERN...`.
+fn acl_line(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    acl::parse_acl(l.args, &mut d.acls)
 }
 
 fn maxconn(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {

@@ -1,6 +1,9 @@
-//! `tcp-request` lines of proxy sections: `inspect-delay`, and the one
-//! `content` rule shunt accepts; everything else is refused with a reason.
+//! `tcp-request` lines of proxy sections: `inspect-delay`, `connection
+//! accept|reject [if|unless COND]`, and the one `content` rule shunt accepts;
+//! everything else is refused with a reason.
 
+use super::acl::{self, Fetch};
+use super::model::{TcpConnAction, TcpConnRule};
 use super::no_extra;
 use super::units::parse_time;
 use super::{Line, ProxyDraft};
@@ -36,10 +39,61 @@ pub fn content(_: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     ))
 }
 
+/// `tcp-request connection accept|reject [if|unless COND]`. A condition that
+/// fetches the TLS server name can never hold this early: HAProxy's warning.
+pub fn connection(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    let action = match l.arg(2) {
+        Some("accept") => TcpConnAction::Accept,
+        Some("reject") => TcpConnAction::Reject,
+        got => {
+            return Err(format!(
+                "'tcp-request connection' expects 'accept' or 'reject' in frontend '{}' (got '{}'; shunt supports no other action).",
+                d.name,
+                got.unwrap_or("")
+            ))
+        }
+    };
+    let act = l.args[2].as_str();
+    let cond = match l.arg(3) {
+        None => None,
+        Some("if" | "unless") => Some(acl::parse_cond(&l.args[3..], &d.acls).map_err(|e| {
+            format!(
+                "'tcp-request connection {act}' : error detected in frontend '{}' while parsing '{}' condition : {e}",
+                d.name, l.args[3]
+            )
+        })?),
+        Some(w) => {
+            return Err(format!(
+                "'tcp-request connection {act}' only accepts 'if' or 'unless', in frontend '{}' (got '{w}')",
+                d.name
+            ))
+        }
+    };
+    // HAProxy's order: the placement warning, then the condition's.
+    if !d.use_backends.is_empty() {
+        l.warnings.push(format!(
+            "parsing [{}] : a 'tcp-request' rule placed after a 'use_backend' rule will still be processed before.",
+            l.loc
+        ));
+    }
+    if let Some((t, e)) = cond.as_ref().and_then(|c| c.first_fetch(Fetch::SslSni)) {
+        let why = match &t.name {
+            Some(n) => format!("acl '{n}' will never match in 'tcp-request connection' because it only involves keywords that are"),
+            None => format!("anonymous acl will never match in 'tcp-request connection' because it uses keyword '{}' which is", e.keyword),
+        };
+        l.warnings.push(format!(
+            "parsing [{}] : {why} incompatible with 'frontend tcp-request connection rule'",
+            l.loc
+        ));
+    }
+    d.tcp_connection.push(TcpConnRule { action, cond });
+    Ok(())
+}
+
 /// `tcp-request WORD` for a WORD no entry holds, or no WORD at all.
 pub fn other(_: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     match l.arg(1) {
-        Some(sub @ ("connection" | "session")) => Err(format!(
+        Some(sub @ "session") => Err(format!(
             "'tcp-request {sub}' is not supported by shunt yet (ACLs come later)."
         )),
         Some(sub) => Err(format!(
