@@ -434,6 +434,7 @@ pub async fn run(
     tracing::debug!(
         frontend = %fe.name, backend = %be.name, server = %slot.server().name, %peer,
         to_server = out.to_server, to_client = out.to_client, mode = ?out.mode, end = ?out.end,
+        promoted_after = ?out.promoted,
         origin = ?out.end.origin(),
         "flow closed"
     );
