@@ -283,11 +283,6 @@ impl<'m> Flow<'m> {
         self.set_waiting(from, false);
     }
 
-    /// `side`'s socket was shut in either direction.
-    pub fn half(&self, side: Side) -> bool {
-        self.half_cell(side).get()
-    }
-
     fn seen_cell(&self, side: Side) -> &Cell<Instant> {
         match side {
             Side::Client => &self.client_seen,
