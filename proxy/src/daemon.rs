@@ -34,6 +34,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::{Config, ForwardMode};
+use crate::handoff::Kernel;
 use crate::runtime::{ConnGuard, Facts, Phase, Runtime};
 use crate::scheduler::{self, Class, SchedConfig};
 use crate::stats::Event;
@@ -205,7 +206,7 @@ impl Drop for PidFile {
 /// call, so the kernel is asked ([`crate::sys::caps::held_bpf_fd_needs_cap`])
 /// and CAP_BPF is kept only if it says so. Everything else (binding, the
 /// stats socket, the pidfile, map creation and program load) happened before.
-fn drop_privileges(config: &Config) -> Result<(), DaemonError> {
+fn drop_privileges(config: &Config, kernel_loaded: bool) -> Result<(), DaemonError> {
     use crate::sys::caps::{self, Cap};
     let (user, group) = (
         config.global.user.as_deref(),
@@ -215,8 +216,7 @@ fn drop_privileges(config: &Config) -> Result<(), DaemonError> {
         return Ok(());
     }
     // The one fact of whether BPF loaded is the loaded handle itself.
-    let loaded = crate::handoff::sockmap::kernel().is_some();
-    let (keep, why): (Vec<Cap>, String) = match loaded {
+    let (keep, why): (Vec<Cap>, String) = match kernel_loaded {
         true => match caps::held_bpf_fd_needs_cap() {
             Ok(false) => (
                 Vec::new(),
@@ -249,12 +249,16 @@ fn drop_privileges(config: &Config) -> Result<(), DaemonError> {
     Ok(())
 }
 
-/// Load the BPF program when the mode may use it. `auto` without BPF warns
-/// once and runs on splice; a forced `sockmap` without BPF is a start-up error.
-fn load_bpf(config: &Config, mode: ForwardMode, reloading: bool) -> Result<String, DaemonError> {
-    use crate::bpf::BpfStatus;
+/// Load the BPF program when the mode may use it: the kernel handoff, or
+/// none, with the status `show info` gives. `auto` without BPF warns once
+/// and runs on splice; a forced `sockmap` without BPF is a start-up error.
+fn load_bpf(
+    config: &Config,
+    mode: ForwardMode,
+    reloading: bool,
+) -> Result<(Option<Arc<Kernel>>, String), DaemonError> {
     if matches!(mode, ForwardMode::Splice | ForwardMode::Copy) {
-        return Ok(format!("not loaded (forward-mode {})", mode.as_str()));
+        return Ok((None, format!("not loaded (forward-mode {})", mode.as_str())));
     }
     // Pinned only where a successor can find us: the reload socket names the instance.
     let pins = config
@@ -266,30 +270,27 @@ fn load_bpf(config: &Config, mode: ForwardMode, reloading: bool) -> Result<Strin
             dir: crate::bpf::pin_dir_for(&s.path),
             reuse: reloading,
         });
-    match crate::handoff::sockmap::init_kernel_pinned(
-        config.global.sockmap_max_inflight,
-        pins.as_ref(),
-    ) {
-        BpfStatus::Loaded => {
+    match Kernel::load(config.global.sockmap_max_inflight, pins.as_ref()) {
+        Ok(kernel) => {
             let how = if mode == ForwardMode::Sockmap {
                 "forwarding with sockmap"
             } else {
                 "flows that show they pay go to sockmap (auto)"
             };
             tracing::info!(
-                max_inflight = crate::handoff::sockmap::max_inflight(),
+                max_inflight = kernel.max_inflight(),
+                pins = ?kernel.bpf().pin_dir(),
+                reused = kernel.bpf().reused_pins(),
                 "BPF loaded: stream verdict attached to the SOCKHASH; {how}"
             );
-            Ok("loaded".to_string())
+            Ok((Some(kernel), "loaded".to_string()))
         }
-        BpfStatus::Unavailable(reason) if mode == ForwardMode::Sockmap => {
-            Err(DaemonError::BpfRequired(reason))
-        }
-        BpfStatus::Unavailable(reason) => {
+        Err(reason) if mode == ForwardMode::Sockmap => Err(DaemonError::BpfRequired(reason)),
+        Err(reason) => {
             tracing::warn!(
                 "BPF unavailable ({reason}); forwarding with splice (copy for small reads)"
             );
-            Ok(format!("unavailable ({reason})"))
+            Ok((None, format!("unavailable ({reason})")))
         }
     }
 }
@@ -340,14 +341,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         }
         None => crate::listeners::Inherited::default(),
     };
-    let bpf_status = load_bpf(&config, forward_mode, opts.xfer_socket.is_some())?;
-    if let Some(b) = crate::handoff::sockmap::kernel() {
-        tracing::info!(
-            pins = ?b.pin_dir(),
-            reused = b.reused_pins(),
-            "BPF maps"
-        );
-    }
+    let (kernel, bpf_status) = load_bpf(&config, forward_mode, opts.xfer_socket.is_some())?;
     let listeners = crate::listeners::bind_frontends(&config, nbthread, &mut inherited)?;
     let prometheus = crate::listeners::bind_prometheus(&config, &mut inherited)?;
     if opts.old_pids.is_empty() {
@@ -393,6 +387,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     let state = Arc::new(Runtime::new(
         config.clone(),
         Facts::new(forward_mode, bpf_status, nbthread),
+        kernel,
         phase_rx,
         listeners.iter().map(Vec::len).sum(),
         true,
@@ -404,11 +399,13 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
 
     // 2. Publish.
     cli_sockets.publish()?;
-    if let Some(b) = crate::handoff::sockmap::kernel() {
-        b.attach_verdict()
+    let kernel = state.forwarding.kernel.as_deref();
+    if let Some(k) = kernel {
+        k.bpf()
+            .attach_verdict()
             .map_err(|e| DaemonError::Attach(e.to_string()))?;
     }
-    drop_privileges(&config)?;
+    drop_privileges(&config, kernel.is_some())?;
     // Threads started after the drop hold no capability.
     if let Some(log) = log {
         log.start(&state.log)?;
@@ -449,7 +446,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
 
     // 3. Take over.
     if let (Some(conn), Some(path)) = (takeover_conn, &opts.xfer_socket) {
-        let id = crate::handoff::sockmap::kernel().and_then(|b| b.sockhash_id());
+        let id = kernel.and_then(|k| k.bpf().sockhash_id());
         let flows = crate::reload::take_over(conn, path, id)?;
         if !flows.is_empty() {
             tracing::info!(
@@ -486,8 +483,8 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     state.handover.close_exported();
     // Stopping for good: nobody will reuse the maps.
     if !state.handover.handed_over() {
-        if let Some(b) = crate::handoff::sockmap::kernel() {
-            b.unpin();
+        if let Some(k) = &state.forwarding.kernel {
+            k.bpf().unpin();
         }
     }
     for t in threads {
@@ -645,7 +642,7 @@ async fn worker_main(
     // The kernel program's aya-log records, forwarded into tracing by one
     // task on the first worker (started after the privilege drop: no thread).
     if scheduler::thread_id() == 0 {
-        if let Some(fut) = crate::handoff::sockmap::kernel().and_then(|b| b.take_logger()) {
+        if let Some(fut) = (state.forwarding.kernel.as_ref()).and_then(|k| k.bpf().take_logger()) {
             tasks.push(scheduler::spawn(Class::Bulk, "bpf-log", fut));
         }
     }

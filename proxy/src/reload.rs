@@ -105,7 +105,7 @@
 //!    the successor holds nothing it runs (it adopts only after the
 //!    acknowledgement) and the old process continues the collected flows
 //!    itself from the same snapshots, by the same argument, in a new
-//!    hand-over generation (`sockmap::reopen_handover`: a later request
+//!    hand-over generation (`sockmap::Registry::reopen`: a later request
 //!    reaches them again). A successor that got no acknowledgement drops its
 //!    copies, unless the old process is gone (then they are the only ones).
 //!    A successor whose maps differ is told so before anything is quiesced.
@@ -468,7 +468,8 @@ pub async fn serve_getflows(
     arg: Option<&str>,
     commit: bool,
 ) -> std::io::Result<usize> {
-    let ours = crate::handoff::sockmap::kernel().and_then(|b| b.sockhash_id());
+    let kernel = state.forwarding.kernel.as_deref();
+    let ours = kernel.and_then(|k| k.bpf().sockhash_id());
     let theirs = arg.and_then(|a| a.parse::<u32>().ok());
     set_blocking_with_timeouts(conn)?;
     let mut stream = UnixStream::from(conn.try_clone_to_owned()?);
@@ -481,17 +482,18 @@ pub async fn serve_getflows(
     // wait, their sockets open); ours to release if it does not commit.
     state.admission.hold_accepting(true);
     let shared = ours.is_some() && ours == theirs;
-    let flows = if shared {
-        crate::handoff::sockmap::collect_handover(QUIESCE_LIMIT).await
-    } else {
-        if ours.is_some() {
-            tracing::warn!(
-                ?ours,
-                ?theirs,
-                "_getflows: the new process does not share this process's BPF maps; kernel flows stay here"
-            );
+    let flows = match kernel {
+        Some(k) if shared => k.handover().collect(QUIESCE_LIMIT).await,
+        _ => {
+            if ours.is_some() {
+                tracing::warn!(
+                    ?ours,
+                    ?theirs,
+                    "_getflows: the new process does not share this process's BPF maps; kernel flows stay here"
+                );
+            }
+            Vec::new()
         }
-        Vec::new()
     };
     let sent = if shared {
         send_flows(state, &mut stream, &flows)
@@ -535,7 +537,9 @@ fn take_back(
     state: &std::sync::Arc<crate::runtime::Runtime>,
     flows: Vec<crate::handoff::sockmap::Handed>,
 ) {
-    crate::handoff::sockmap::reopen_handover();
+    if let Some(k) = &state.forwarding.kernel {
+        k.handover().reopen();
+    }
     for handed in flows {
         spawn_adopted(
             state,
@@ -557,15 +561,18 @@ async fn serve_getflows_v1(
     ours: Option<u32>,
     theirs: Option<u32>,
 ) -> std::io::Result<usize> {
-    if ours.is_none() || ours != theirs {
-        stream.write_all(&MAPS_DIFFER.to_ne_bytes())?;
-        return Ok(0);
-    }
+    let kernel = match &state.forwarding.kernel {
+        Some(k) if ours.is_some() && ours == theirs => k,
+        _ => {
+            stream.write_all(&MAPS_DIFFER.to_ne_bytes())?;
+            return Ok(0);
+        }
+    };
     state.handover.set_handing_over(true);
     if let Err(e) = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::SIGUSR1) {
         tracing::warn!(error = %e, "_getflows: cannot start the soft stop");
     }
-    let flows = crate::handoff::sockmap::collect_handover(QUIESCE_LIMIT).await;
+    let flows = kernel.handover().collect(QUIESCE_LIMIT).await;
     let result = match send_flows(state, stream, &flows) {
         Ok(()) => {
             state.handover.mark_handed_over();
@@ -971,6 +978,11 @@ async fn run_adopted(
             return;
         }
     };
+    // Flows are only taken from a process sharing our maps, so loaded here.
+    let Some(kernel) = &state.forwarding.kernel else {
+        tracing::warn!("an adopted kernel flow reached a process without BPF: closing it");
+        return;
+    };
     let ctrs = route.and_then(|r| {
         Some([
             state.stats.frontends.get(r.fe)?,
@@ -997,7 +1009,7 @@ async fn run_adopted(
         None => FlowTimeouts::default(),
     };
     let meter = AdoptedMeter { ctrs, route };
-    let out = crate::handoff::resume(client, server, snap, prior, timeouts, &meter).await;
+    let out = crate::handoff::resume(kernel, client, server, snap, prior, timeouts, &meter).await;
     crate::runtime::flow::account_end(&state, &out, log.as_mut(), ctrs);
     tracing::debug!(%peer, to_server = out.to_server, to_client = out.to_client, end = ?out.end, "adopted flow closed");
 }

@@ -207,7 +207,7 @@ fn choose_plan(state: &Runtime, fe: &Frontend, be: &Backend) -> Plan {
         ForwardMode::Splice => Plan::Fixed(Mode::Splice),
         ForwardMode::Sockmap => Plan::Fixed(Mode::Sockmap),
         ForwardMode::Auto if fe.splice.any() || be.splice.any() => Plan::Fixed(Mode::Splice),
-        ForwardMode::Auto => Plan::Auto(crate::handoff::sockmap::kernel().map(|_| {
+        ForwardMode::Auto => Plan::Auto(state.forwarding.kernel.as_ref().map(|_| {
             Promote {
                 bytes: state
                     .config
@@ -413,7 +413,7 @@ pub async fn run(
         f.mode = Some(plan.name());
     });
     let out = handoff::forward(
-        &state.pipes,
+        &state.forwarding,
         client,
         server,
         Vec::new(),

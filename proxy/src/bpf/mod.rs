@@ -174,16 +174,6 @@ pub fn pin_dir_for(socket: &Path) -> PathBuf {
     Path::new(PIN_ROOT).join(name)
 }
 
-/// Whether kernel forwarding is available, and if not, why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BpfStatus {
-    /// The program is loaded and attached.
-    Loaded,
-    /// Not available; the reason is one line for operators
-    /// (e.g. `EPERM: missing CAP_BPF ...`).
-    Unavailable(String),
-}
-
 /// Why [`Bpf::load`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BpfError {

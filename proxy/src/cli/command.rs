@@ -369,11 +369,12 @@ impl Parsed {
         }
     }
 
-    /// Whether running this is heavy work. A command refused for its arguments does
-    /// no work.
-    pub fn heavy(&self) -> bool {
+    /// Whether running this is heavy work in a process where the kernel handoff
+    /// is loaded (`kernel_loaded`) or not. A command refused for its arguments
+    /// does no work.
+    pub fn heavy(&self, kernel_loaded: bool) -> bool {
         match self.spec {
-            Some(s) if !matches!(self.cmd, Command::Bad(_)) => s.heavy.of(&self.cmd),
+            Some(s) if !matches!(self.cmd, Command::Bad(_)) => s.heavy.of(&self.cmd, kernel_loaded),
             _ => false,
         }
     }
@@ -863,7 +864,7 @@ mod tests {
             cmd: Command::DisableServer("b/s1".into()),
         };
         assert_eq!(orphan.level(), CliLevel::Admin);
-        assert!(!orphan.heavy() && !orphan.on_workers());
+        assert!(!orphan.heavy(true) && !orphan.on_workers());
     }
 
     #[test]

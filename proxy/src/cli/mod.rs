@@ -666,7 +666,7 @@ where
                         }
                         let parsed = command::parse(&req);
                         // Held to the end of this command (its streamed answer too).
-                        let _heavy = if parsed.heavy() {
+                        let _heavy = if parsed.heavy(ctx.state.forwarding.kernel.is_some()) {
                             Some(scheduler::heavy().await)
                         } else {
                             None

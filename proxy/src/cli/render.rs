@@ -757,8 +757,20 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
             "u32",
             cfg.global.maxpipes.to_string(),
         ),
-        (24, "PipesUsed", "MGP", "u32", st.pipes.in_use().to_string()),
-        (25, "PipesFree", "MGP", "u32", st.pipes.free().to_string()),
+        (
+            24,
+            "PipesUsed",
+            "MGP",
+            "u32",
+            st.forwarding.pipes.in_use().to_string(),
+        ),
+        (
+            25,
+            "PipesFree",
+            "MGP",
+            "u32",
+            st.forwarding.pipes.free().to_string(),
+        ),
         (26, "ConnRate", "MRP", "u32", "0".into()),
         (27, "ConnRateLimit", "CLP", "u32", "0".into()),
         (28, "MaxConnRate", "MMP", "u32", "0".into()),
@@ -850,7 +862,7 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
             value: st.stats.modes.flows(mode).to_string(),
         });
     }
-    let k = crate::handoff::sockmap::info();
+    let k = crate::handoff::sockmap::KernelInfo::of(st.forwarding.kernel.as_deref());
     let kernel = [
         ("SockhashEntries", k.sockhash_entries as u64),
         ("SockmapFlowEntries", k.flow_entries as u64),

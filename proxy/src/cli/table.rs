@@ -64,16 +64,21 @@ impl Level {
 pub enum Heavy {
     Never,
     Always,
-    /// Decided from the parsed command (a large payload, a loaded kernel handoff).
+    /// Decided from the parsed command (a large payload).
     When(fn(&Command) -> bool),
+    /// While the kernel handoff is loaded (the command walks its BPF maps).
+    WithKernel,
 }
 
 impl Heavy {
-    pub fn of(self, cmd: &Command) -> bool {
+    /// Whether `cmd` is heavy in a process where the kernel handoff is
+    /// loaded (`kernel_loaded`) or not.
+    pub fn of(self, cmd: &Command, kernel_loaded: bool) -> bool {
         match self {
             Heavy::Never => false,
             Heavy::Always => true,
             Heavy::When(f) => f(cmd),
+            Heavy::WithKernel => kernel_loaded,
         }
     }
 }
@@ -104,12 +109,6 @@ pub fn find(words: &[&str]) -> Option<&'static Spec> {
         .iter()
         .filter(|s| words.starts_with(s.words))
         .max_by_key(|s| s.words.len())
-}
-
-/// `show info` walks the BPF maps to count their entries while the kernel handoff
-/// is loaded.
-fn kernel_loaded(_: &Command) -> bool {
-    crate::handoff::sockmap::kernel().is_some()
 }
 
 /// An `add map <<` payload from [`super::HEAVY_PAYLOAD`] bytes on.
@@ -294,7 +293,7 @@ pub static COMMANDS: &[Spec] = &[
         usage: "show info [desc|json|typed|float]*",
         help: "report information about the running process",
         level: Level::User,
-        heavy: Heavy::When(kernel_loaded),
+        heavy: Heavy::WithKernel,
         on_workers: false,
         parse: c::parse_show_info,
     },

@@ -97,6 +97,7 @@ fn make_ctx(config: Config) -> (Ctx, watch::Sender<Phase>) {
     let state = Arc::new(crate::runtime::Runtime::new(
         config,
         crate::runtime::Facts::new(ForwardMode::Auto, "not loaded (test)".to_string(), 2),
+        None,
         rx,
         0,
         false,

@@ -40,11 +40,31 @@ pub use pool::PipePool;
 pub use copy::COPY_BUF_SIZE;
 pub use pool::{MAX_PIPE_SIZE, MIN_PIPE_SIZE};
 pub use promote::Promote;
+pub use sockmap::Kernel;
 
 /// A direction yields to the scheduler after moving this many bytes without
 /// waiting, so one bulk direction cannot starve its twin, the timeout or
 /// the other flows on the thread.
 pub const BURST_BYTES: usize = 1 << 20;
+
+/// What a process forwards with: splice's bounded pipe pool (`tune.pipesize`,
+/// `maxpipes`) and, when BPF loaded, the kernel handoff. The runtime holds
+/// one and lends it to every flow; tests make their own.
+#[derive(Debug)]
+pub struct Forwarding {
+    pub pipes: PipePool,
+    pub kernel: Option<std::sync::Arc<Kernel>>,
+}
+
+impl Forwarding {
+    /// Userspace forwarding only (no BPF), with `pipes`.
+    pub const fn userspace(pipes: PipePool) -> Self {
+        Self {
+            pipes,
+            kernel: None,
+        }
+    }
+}
 
 /// How bytes are moved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,8 +215,8 @@ pub struct Outcome {
     pub promoted: Option<std::time::Duration>,
 }
 
-/// Forward until both directions are finished, taking splice's pipes from
-/// `pool` (the runtime's; tests use private ones). `pending` = bytes
+/// Forward until both directions are finished, taking splice's pipes and the
+/// kernel handoff from `fwd` (the runtime's; tests use private ones). `pending` = bytes
 /// userspace already read from the client while routing; they are written to
 /// the server FIRST.
 ///
@@ -216,7 +236,7 @@ pub struct Outcome {
 /// a bounded number of times); a pair the kernel refuses goes on in
 /// userspace, never watched again.
 pub async fn forward(
-    pool: &PipePool,
+    fwd: &Forwarding,
     client: TcpStream,
     server: TcpStream,
     pending: Vec<u8>,
@@ -235,13 +255,16 @@ pub async fn forward(
     };
     let auto = matches!(plan, Plan::Auto(_));
     let flow = Flow::watched(meter, promote);
+    let pool = &fwd.pipes;
     let started = tokio::time::Instant::now();
     let mut pending = pending;
     let mut promoted = None;
     loop {
         if mode == Mode::Sockmap {
             let pending = std::mem::take(&mut pending);
-            let (ins, st) = match Box::pin(insert_kernel(&flow, &client, &server, pending)).await {
+            let (ins, st) = match Box::pin(insert_kernel(fwd, &flow, &client, &server, pending))
+                .await
+            {
                 Ok(i) => i,
                 Err(KernelFallback::Splice(why)) => {
                     tracing::debug!(reason = %why, "flow not eligible for sockmap; forwarding in userspace");
@@ -366,6 +389,7 @@ enum KernelEnd {
 /// Sockmap mode: flush `pending` and insert the pair (see `sockmap`'s "Race
 /// window"); `run_kernel` then watches both directions.
 async fn insert_kernel(
+    fwd: &Forwarding,
     flow: &Flow<'_>,
     client: &TcpStream,
     server: &TcpStream,
@@ -374,7 +398,10 @@ async fn insert_kernel(
     if let Err(e) = copy::write_all(flow, CLIENT_TO_SERVER, server, &pending).await {
         return Err(KernelFallback::Failed(e.into_end()));
     }
-    let ins = match sockmap::insert(client, server, [flow.to_server(), flow.to_client()]) {
+    let Some(kernel) = &fwd.kernel else {
+        return Err(KernelFallback::Splice("BPF not loaded".into()));
+    };
+    let ins = match sockmap::insert(kernel, client, server, [flow.to_server(), flow.to_client()]) {
         Ok(i) => i,
         Err(sockmap::NotEligible::Fallback(why)) => return Err(KernelFallback::Splice(why)),
         Err(sockmap::NotEligible::Abort(e)) => {
@@ -405,7 +432,8 @@ async fn run_kernel(
     prior: (u64, u64),
     route: Option<FlowRoute>,
 ) -> KernelEnd {
-    let mut member = sockmap::Member::join();
+    let kernel = ins.kernel().clone();
+    let mut member = kernel.handover().join();
     let end = loop {
         let asked = {
             let c2s = pin!(sockmap::run(
@@ -485,6 +513,7 @@ async fn run_kernel(
 /// its pair is still in the pinned maps and its directions go on from the
 /// handed state. Counts and totals include what earlier processes forwarded.
 pub async fn resume(
+    kernel: &std::sync::Arc<Kernel>,
     client: TcpStream,
     server: TcpStream,
     handed: sockmap::Snapshot,
@@ -493,7 +522,7 @@ pub async fn resume(
     meter: &dyn Meter,
 ) -> Outcome {
     let flow = Flow::new(meter);
-    let ins = match sockmap::Inserted::adopt(&client, &server, &handed, prior) {
+    let ins = match sockmap::Inserted::adopt(kernel, &client, &server, &handed, prior) {
         Ok(i) => i,
         Err(e) => {
             tracing::warn!(error = %e, "cannot adopt a kernel flow: closing it");

@@ -1,6 +1,6 @@
 //! Tests of `forward` on real loopback sockets (port 0), each run in both
 //! modes: a tiny in-test proxy accepts the client, connects the server and
-//! calls `forward` with a private pipe pool.
+//! calls `forward` with a private pipe pool (and no kernel handoff).
 
 use std::cell::Cell;
 use std::io;
@@ -15,6 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
 use super::pool::PipePool;
+use super::Forwarding;
 use super::*;
 use crate::sys::{pipe as sys_pipe, sock};
 
@@ -65,7 +66,7 @@ async fn rig() -> Rig {
 
 /// Runs the proxy side of `r` to completion and checks the meter agrees.
 async fn proxy(
-    pool: &PipePool,
+    pool: &Forwarding,
     pc: TcpStream,
     ps: TcpStream,
     pending: Vec<u8>,
@@ -132,7 +133,7 @@ async fn integrity_64_mib_each_way_at_once() {
     const TOTAL: usize = 64 << 20;
     let pat = pattern(1);
     for mode in MODES {
-        let pool = PipePool::new(None, 8);
+        let pool = Forwarding::userspace(PipePool::new(None, 8));
         let r = rig().await;
         let (mut cr, mut cw) = r.client.into_split();
         let (mut sr, mut sw) = r.server.into_split();
@@ -188,14 +189,14 @@ async fn integrity_64_mib_each_way_at_once() {
             (TOTAL, s_sent),
             "{mode:?}: server->client bytes differ"
         );
-        assert_eq!(pool.in_use(), 0);
+        assert_eq!(pool.pipes.in_use(), 0);
         eprintln!("{mode:?}: 2 x 64 MiB in {:?}", started.elapsed());
     }
 }
 
 /// One small flow: client sends `up` bytes + FIN, server checks and answers
 /// `down` bytes + FIN; both sides check exact contents.
-async fn small_flow(pool: &PipePool, mode: Mode, seed: u64) -> Mode {
+async fn small_flow(pool: &Forwarding, mode: Mode, seed: u64) -> Mode {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut up = vec![0u8; rng.gen_range(0..300_000)];
     let mut down = vec![0u8; rng.gen_range(0..300_000)];
@@ -249,8 +250,8 @@ async fn small_flow(pool: &PipePool, mode: Mode, seed: u64) -> Mode {
 #[tokio::test(flavor = "current_thread")]
 async fn two_hundred_concurrent_flows() {
     const FLOWS: u64 = 200;
-    static POOL_COPY: PipePool = PipePool::new(None, 1024);
-    static POOL_SPLICE: PipePool = PipePool::new(None, 1024);
+    static POOL_COPY: Forwarding = Forwarding::userspace(PipePool::new(None, 1024));
+    static POOL_SPLICE: Forwarding = Forwarding::userspace(PipePool::new(None, 1024));
     for (mode, pool) in [(Mode::Copy, &POOL_COPY), (Mode::Splice, &POOL_SPLICE)] {
         let local = tokio::task::LocalSet::new();
         let mut handles = Vec::new();
@@ -270,9 +271,9 @@ async fn two_hundred_concurrent_flows() {
             modes.iter().all(|m| *m == mode),
             "{mode:?}: a flow fell back"
         );
-        assert_eq!(pool.in_use(), 0);
+        assert_eq!(pool.pipes.in_use(), 0);
         if mode == Mode::Splice {
-            assert!(pool.free() >= 1, "pipes were pooled again");
+            assert!(pool.pipes.free() >= 1, "pipes were pooled again");
         }
     }
 }
@@ -280,7 +281,7 @@ async fn two_hundred_concurrent_flows() {
 #[tokio::test(flavor = "current_thread")]
 async fn half_close_client_first() {
     for mode in MODES {
-        let pool = PipePool::new(None, 8);
+        let pool = Forwarding::userspace(PipePool::new(None, 8));
         let mut r = rig().await;
         let (n, m) = (100_000usize, 70_000usize);
         let client = async {
@@ -317,7 +318,7 @@ async fn half_close_client_first() {
 #[tokio::test(flavor = "current_thread")]
 async fn half_close_server_first() {
     for mode in MODES {
-        let pool = PipePool::new(None, 8);
+        let pool = Forwarding::userspace(PipePool::new(None, 8));
         let mut r = rig().await;
         let (n, m) = (90_000usize, 120_000usize);
         let server = async {
@@ -366,7 +367,7 @@ async fn read_until_error(s: &mut TcpStream) -> Option<io::ErrorKind> {
 #[tokio::test(flavor = "current_thread")]
 async fn client_reset_resets_server() {
     for mode in MODES {
-        let pool = PipePool::new(None, 8);
+        let pool = Forwarding::userspace(PipePool::new(None, 8));
         let mut r = rig().await;
         let client = async {
             r.client.write_all(b"hello").await.unwrap();
@@ -403,7 +404,7 @@ async fn client_reset_resets_server() {
 #[tokio::test(flavor = "current_thread")]
 async fn server_reset_resets_client() {
     for mode in MODES {
-        let pool = PipePool::new(None, 8);
+        let pool = Forwarding::userspace(PipePool::new(None, 8));
         let mut r = rig().await;
         let server = async {
             r.server.write_all(b"banner").await.unwrap();
@@ -440,7 +441,7 @@ async fn server_reset_resets_client() {
 #[tokio::test(flavor = "current_thread")]
 async fn pending_bytes_reach_server_first() {
     for mode in MODES {
-        let pool = PipePool::new(None, 8);
+        let pool = Forwarding::userspace(PipePool::new(None, 8));
         let mut r = rig().await;
         // The client's later bytes are already queued before forward starts.
         r.client.write_all(b" world").await.unwrap();
@@ -473,7 +474,7 @@ async fn pipes_are_held_only_while_bytes_move_and_exhaustion_falls_back_to_copy(
     // One pipe: an idle splice flow holds none, so a second flow can splice;
     // a flow whose server stops reading keeps its full pipe, and a flow that
     // then wants one copies instead.
-    let pool = PipePool::new(None, 1);
+    let pool = Forwarding::userspace(PipePool::new(None, 1));
     let first = rig().await;
     let (mut c1, mut s1) = (first.client, first.server);
     let mut f1 = Box::pin(proxy(
@@ -496,8 +497,8 @@ async fn pipes_are_held_only_while_bytes_move_and_exhaustion_falls_back_to_copy(
             tokio::time::sleep(Duration::from_millis(50)).await;
         } => {}
     }
-    assert_eq!(pool.in_use(), 0, "an idle flow holds no pipe");
-    assert_eq!(pool.free(), 1, "its pipe went back to the pool");
+    assert_eq!(pool.pipes.in_use(), 0, "an idle flow holds no pipe");
+    assert_eq!(pool.pipes.free(), 1, "its pipe went back to the pool");
     // Now the first flow's server stops reading: its pipe fills and stays.
     tokio::select! {
         _ = &mut f1 => panic!("first flow ended early"),
@@ -507,7 +508,7 @@ async fn pipes_are_held_only_while_bytes_move_and_exhaustion_falls_back_to_copy(
             while let Ok(Ok(_)) = tokio::time::timeout(step, c1.write(&chunk)).await {}
         } => {}
     }
-    assert_eq!(pool.in_use(), 1, "a pipe holding bytes stays leased");
+    assert_eq!(pool.pipes.in_use(), 1, "a pipe holding bytes stays leased");
     let second = rig().await;
     let (mut c2, mut s2) = (second.client, second.server);
     let second_flow = async {
@@ -547,13 +548,13 @@ async fn pipes_are_held_only_while_bytes_move_and_exhaustion_falls_back_to_copy(
     let (out1, ()) = tokio::join!(f1, drain);
     assert_eq!(out1.mode, Mode::Splice);
     assert!(matches!(out1.end, End::Done), "{:?}", out1.end);
-    assert_eq!(pool.in_use(), 0);
-    assert_eq!(pool.free(), 1, "empty pipes are pooled");
+    assert_eq!(pool.pipes.in_use(), 0);
+    assert_eq!(pool.pipes.free(), 1, "empty pipes are pooled");
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn pipe_holding_data_is_closed_not_pooled() {
-    let pool = PipePool::new(None, 8);
+    let pool = Forwarding::userspace(PipePool::new(None, 8));
     let r = rig().await;
     let t = FlowTimeouts {
         server: Some(Duration::from_millis(300)),
@@ -580,9 +581,9 @@ async fn pipe_holding_data_is_closed_not_pooled() {
     );
     assert!(matches!(out.end, End::ServerTimeout), "{:?}", out.end);
     assert_eq!(out.mode, Mode::Splice);
-    assert_eq!(pool.in_use(), 0);
+    assert_eq!(pool.pipes.in_use(), 0);
     assert_eq!(
-        pool.free(),
+        pool.pipes.free(),
         0,
         "the full pipe is closed; the idle server->client direction never took one"
     );
@@ -594,7 +595,7 @@ async fn pipe_holding_data_is_closed_not_pooled() {
 async fn splice_einval_mid_flow_drains_then_copies() {
     const TOTAL: usize = 8 << 20;
     let pat = pattern(3);
-    let pool = PipePool::new(None, 8);
+    let pool = Forwarding::userspace(PipePool::new(None, 8));
     splice::FAIL_WRITE_AFTER.with(|c| c.set(Some(1 << 20)));
     let mut r = rig().await;
     let client = async {
@@ -626,9 +627,12 @@ async fn splice_einval_mid_flow_drains_then_copies() {
     assert_eq!(out.mode, Mode::Copy, "fallback must be reported");
     assert_eq!(got, (TOTAL, sent));
     assert_eq!(out.to_server, TOTAL as u64);
-    assert_eq!(pool.in_use(), 0);
+    assert_eq!(pool.pipes.in_use(), 0);
     // Directions take pipes only while bytes move, so they may have shared one.
-    assert!(pool.free() >= 1, "the drained pipe is empty, hence pooled");
+    assert!(
+        pool.pipes.free() >= 1,
+        "the drained pipe is empty, hence pooled"
+    );
 }
 
 /// Echo round trips through a splice loop with 8 KiB pipes: sizes whose
@@ -643,13 +647,13 @@ async fn cork_regression_8k_pipes() {
     // the whole unit suite running at once, under a 50 ms bound).
     const LIMIT: Duration = Duration::from_millis(150);
     // Sized as `tune.pipesize 8192` sizes the runtime's pool.
-    let pool = &PipePool::configured(Some(8192), 16);
+    let pool = &Forwarding::userspace(PipePool::configured(Some(8192), 16));
     {
-        let (a, b) = (pool.acquire().unwrap(), pool.acquire().unwrap());
+        let (a, b) = (pool.pipes.acquire().unwrap(), pool.pipes.acquire().unwrap());
         assert_eq!(sys_pipe::pipe_size(a.rd.as_fd()).unwrap(), 8192);
         assert_eq!(b.cap, 8192);
-        pool.release(a, true);
-        pool.release(b, true);
+        pool.pipes.release(a, true);
+        pool.pipes.release(b, true);
     }
     for mode in MODES {
         let r = rig().await;
@@ -679,7 +683,7 @@ async fn cork_regression_8k_pipes() {
                     assert!(rtt < LIMIT, "{mode:?}: {n} byte echo took {rtt:?}");
                     worst.push((n, rtt));
                     // A direction holds a pipe only while bytes move.
-                    assert!(pool.in_use() <= if mode == Mode::Splice { 2 } else { 0 });
+                    assert!(pool.pipes.in_use() <= if mode == Mode::Splice { 2 } else { 0 });
                 }
             }
             cl.shutdown().await.unwrap();
@@ -705,7 +709,7 @@ async fn cork_regression_8k_pipes() {
         let max = worst.iter().map(|w| w.1).max().unwrap();
         eprintln!("{mode:?}: worst echo round trip {max:?}");
     }
-    assert_eq!(pool.in_use(), 0);
+    assert_eq!(pool.pipes.in_use(), 0);
 }
 
 async fn timed_flow(
@@ -714,7 +718,7 @@ async fn timed_flow(
     script: impl std::future::Future<Output = ()>,
     r: Rig,
 ) -> (Outcome, Duration) {
-    let pool = PipePool::new(None, 8);
+    let pool = Forwarding::userspace(PipePool::new(None, 8));
     let started = Instant::now();
     let _keep = (r.client, r.server);
     let (out, ()) = tokio::join!(
@@ -783,7 +787,7 @@ async fn client_and_server_timeouts_fire() {
 #[tokio::test(flavor = "current_thread")]
 async fn activity_postpones_timeout() {
     for mode in MODES {
-        let pool = PipePool::new(None, 8);
+        let pool = Forwarding::userspace(PipePool::new(None, 8));
         let mut r = rig().await;
         let t = FlowTimeouts {
             client: Some(Duration::from_millis(300)),
@@ -824,7 +828,7 @@ async fn client_fin_applies_after_half_close() {
     let long = Some(Duration::from_secs(5));
     for mode in MODES {
         for fin in [Some(MS200), None] {
-            let pool = PipePool::new(None, 8);
+            let pool = Forwarding::userspace(PipePool::new(None, 8));
             let mut r = rig().await;
             let t = FlowTimeouts {
                 client: long,
@@ -884,7 +888,7 @@ async fn bench_1gib_throughput() {
         (Mode::Splice, Some(1 << 20)),
     ];
     for (mode, pipesize) in runs {
-        let pool = PipePool::new(pipesize, 8);
+        let pool = Forwarding::userspace(PipePool::new(pipesize, 8));
         let mut r = rig().await;
         let chunk = vec![0x5au8; CHUNK];
         let started = Instant::now();

@@ -252,7 +252,7 @@ fn process_metrics(b: &mut Builder, st: &Runtime) {
     b.counter(
         "haproxy_process_pipes_used",
         "Number of pipes in used.",
-        u64::try_from(st.pipes.in_use()).unwrap_or(0),
+        u64::try_from(st.forwarding.pipes.in_use()).unwrap_or(0),
     );
     b.gauge(
         "haproxy_process_stopping",
@@ -426,7 +426,7 @@ async fn shunt_metrics(b: &mut Builder, st: &Runtime) {
         "Flows forward-mode auto promoted from userspace forwarding to the kernel.",
         modes.promoted(),
     );
-    let k = crate::handoff::sockmap::info();
+    let k = crate::handoff::sockmap::KernelInfo::of(st.forwarding.kernel.as_deref());
     b.counter(
         "shunt_bpf_redirect_errors",
         "Segments the BPF verdict failed to redirect.",

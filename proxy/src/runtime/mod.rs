@@ -50,18 +50,21 @@ pub struct Runtime {
     pub handover: Arc<Handover>,
     /// The log system: dropped lines, the way to the log thread once started.
     pub log: Arc<crate::log::Log>,
-    /// Splice's bounded pipe pool (`tune.pipesize`, `maxpipes`), shared by
-    /// every worker's flows.
-    pub pipes: crate::handoff::PipePool,
+    /// What flows are forwarded with: splice's bounded pipe pool
+    /// (`tune.pipesize`, `maxpipes`) and the kernel handoff when BPF loaded,
+    /// shared by every worker's flows.
+    pub forwarding: crate::handoff::Forwarding,
 }
 
 impl Runtime {
     /// The runtime of a process starting with `config`: backends, maps and
     /// counters built from it, `accept_loops` accept loops to come, accepting
-    /// held until [`Admission::hold_accepting`]`(false)` when `held`.
+    /// held until [`Admission::hold_accepting`]`(false)` when `held`,
+    /// forwarding in the kernel too when `kernel` (BPF loaded).
     pub fn new(
         config: Arc<Config>,
         facts: Facts,
+        kernel: Option<Arc<crate::handoff::Kernel>>,
         phase: tokio::sync::watch::Receiver<Phase>,
         accept_loops: usize,
         held: bool,
@@ -77,10 +80,13 @@ impl Runtime {
             workers: Workers::new(nbthread),
             handover,
             log: Arc::default(),
-            pipes: crate::handoff::PipePool::configured(
-                config.global.pipesize,
-                config.global.maxpipes,
-            ),
+            forwarding: crate::handoff::Forwarding {
+                pipes: crate::handoff::PipePool::configured(
+                    config.global.pipesize,
+                    config.global.maxpipes,
+                ),
+                kernel,
+            },
             facts,
             config,
         }

@@ -45,7 +45,8 @@ pub(crate) enum Inbox {
 /// share of the last complete sample the worker spent parked in the reactor.
 pub const IDLE_WINDOW_NS: u64 = 500_000_000;
 
-/// Process-wide clock origin for [`Published::parked_at_ms`].
+/// Process-wide clock origin for [`Published::parked_at_ms`]: one origin for
+/// every worker's executor, which publishes from its loop with no runtime.
 static EPOCH: OnceLock<Instant> = OnceLock::new();
 
 /// Milliseconds since the process-wide origin, plus one (so 0 means "never").

@@ -34,7 +34,9 @@ const MODE_OFF: u8 = 0;
 const MODE_ON: u8 = 1;
 const MODE_AUTO: u8 = 2;
 
-/// Process-wide mode; `auto` by default (see the module header).
+/// Process-wide mode; `auto` by default (see the module header). A static
+/// (like the two below) because each worker's executor loop reads it between
+/// tasks, where it holds no runtime, and `set profiling` sets it for all.
 static MODE: AtomicU8 = AtomicU8::new(MODE_AUTO);
 
 /// Bumped by `set profiling tasks on`: a worker that sees it change clears its table.

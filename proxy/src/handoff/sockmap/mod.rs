@@ -3,7 +3,7 @@
 //! watches (activity, half-close, backpressure) and forwards the few bytes the
 //! verdict passes to it.
 //!
-//! Owns: the process-wide [`Bpf`] handle and the per-flow protocol around it:
+//! Owns: the per-flow protocol around the loaded [`Kernel`]:
 //! insertion, the pass/acknowledge gate, the drain check before FIN, pause and
 //! resume, and teardown. Must not: splice or copy a socket while it is in the
 //! SOCKHASH except through the gate below, or leave a map entry behind.
@@ -16,7 +16,7 @@
 //!   bytes are in the server socket's send queue ahead of anything the kernel
 //!   can redirect later. Bytes that arrived after userspace's last read are
 //!   still in the receive queue; nobody reads them here.
-//! * **Insertion** ([`Bpf::insert_pair`]) creates the flow entries with
+//! * **Insertion** ([`crate::bpf::Bpf::insert_pair`]) creates the flow entries with
 //!   `ready = 0`, inserts both sockets crosswise, then we set `ready = 1`
 //!   with `passed_ack = 0` and kick each socket with `SO_RCVLOWAT`, which runs
 //!   the verdict over the queued bytes, in order, under the socket lock. A
@@ -67,8 +67,7 @@
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use proxy_common::{FlowCtl, SockKey};
@@ -76,13 +75,14 @@ use tokio::net::TcpStream;
 
 use super::copy;
 use super::flow::{Dir, DirError, Flow, Side};
-use crate::bpf::{Bpf, BpfStatus};
 use crate::sys::sock::{self, SendState};
 
-/// Default bound on bytes one direction of a flow may hold in the kernel.
-pub const DEFAULT_MAX_INFLIGHT: usize = 8 << 20;
-/// Smallest accepted bound: below this, flows would pause on every burst.
-pub const MIN_MAX_INFLIGHT: usize = 256 << 10;
+mod handover;
+mod kernel;
+
+pub use handover::Registry;
+pub use kernel::{Kernel, KernelInfo, DEFAULT_MAX_INFLIGHT, MIN_MAX_INFLIGHT};
+
 /// Userspace buffer for passed bytes (bounded: the rest waits in the kernel,
 /// where it closes the source's receive window). Taken by a direction only when
 /// the verdict first passes it bytes, so an idle flow holds none.
@@ -101,99 +101,6 @@ const DRAIN_POLL: Duration = Duration::from_millis(1);
 /// the bytes received before the FIN, before going on regardless.
 const EOF_CATCHUP_POLLS: u32 = 1000;
 
-static KERNEL: OnceLock<Bpf> = OnceLock::new();
-static MAX_INFLIGHT: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_INFLIGHT);
-/// Largest in-kernel byte count one direction was seen holding.
-static PEAK_INFLIGHT: AtomicUsize = AtomicUsize::new(0);
-/// Flows that were not eligible and went to splice instead.
-static FALLBACKS: AtomicU64 = AtomicU64::new(0);
-/// Directions whose EOF was seen before the verdict had run over every byte
-/// received ahead of the FIN (userspace waited for it).
-static EOF_CATCHUPS: AtomicU64 = AtomicU64::new(0);
-
-/// Process-wide sockmap figures for `show info`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct KernelInfo {
-    pub sockhash_entries: usize,
-    pub flow_entries: usize,
-    /// Segments the verdict passed for backpressure (paused or over the bound).
-    pub pauses: u64,
-    pub peak_inflight: usize,
-    pub fallbacks: u64,
-    pub redirect_errors: u64,
-    /// Retransmitted segments whose already-seen head the verdict trimmed.
-    pub overlap_trimmed: u64,
-    /// Overlaps the verdict could not trim (forwarded whole: a duplicate).
-    pub trim_failed: u64,
-    /// Segments whose control block held no consistent sequence range.
-    pub seq_unknown: u64,
-    /// EOFs seen before the verdict caught up (see `verdict_behind`).
-    pub eof_catchups: u64,
-    /// Overlaps the verdict could not trim and passed for userspace to drop.
-    pub trim_passed: u64,
-}
-
-/// Current figures (map sizes are counted by walking the keys: cheap enough
-/// for a CLI command, never used on the forwarding path).
-pub fn info() -> KernelInfo {
-    let mut k = KernelInfo {
-        peak_inflight: PEAK_INFLIGHT.load(Ordering::Relaxed),
-        fallbacks: FALLBACKS.load(Ordering::Relaxed),
-        eof_catchups: EOF_CATCHUPS.load(Ordering::Relaxed),
-        ..KernelInfo::default()
-    };
-    if let Some(b) = kernel() {
-        k.sockhash_entries = b.sockhash_len();
-        k.flow_entries = b.flow_map_len();
-        if let Ok(c) = b.error_counters() {
-            k.redirect_errors = c[proxy_common::CTR_REDIRECT_FAILED as usize];
-            k.pauses = c[proxy_common::CTR_PASS_PAUSED as usize];
-            k.overlap_trimmed = c[proxy_common::CTR_OVERLAP_TRIMMED as usize];
-            k.trim_failed = c[proxy_common::CTR_TRIM_FAILED as usize];
-            k.trim_passed = c[proxy_common::CTR_TRIM_PASSED as usize];
-            k.seq_unknown = c[proxy_common::CTR_SEQ_UNKNOWN as usize];
-        }
-    }
-    k
-}
-
-/// Load the BPF program once for the process. Returns the loaded handle's
-/// status; on failure the reason is one line for operators.
-pub fn init_kernel(max_inflight: Option<usize>) -> BpfStatus {
-    init_kernel_pinned(max_inflight, None)
-}
-
-/// [`init_kernel`] with the maps pinned (and reused on a reload), see
-/// `crate::bpf`'s "Pinned maps".
-pub fn init_kernel_pinned(
-    max_inflight: Option<usize>,
-    pins: Option<&crate::bpf::Pins>,
-) -> BpfStatus {
-    if let Some(m) = max_inflight {
-        MAX_INFLIGHT.store(m.max(MIN_MAX_INFLIGHT), Ordering::Relaxed);
-    }
-    if KERNEL.get().is_some() {
-        return BpfStatus::Loaded;
-    }
-    match Bpf::load_pinned(pins) {
-        Ok(b) => {
-            let _ = KERNEL.set(b);
-            BpfStatus::Loaded
-        }
-        Err(e) => BpfStatus::Unavailable(e.reason()),
-    }
-}
-
-/// The process's BPF handle, when loaded.
-pub fn kernel() -> Option<&'static Bpf> {
-    KERNEL.get()
-}
-
-/// The per-direction bound in bytes.
-pub fn max_inflight() -> usize {
-    MAX_INFLIGHT.load(Ordering::Relaxed)
-}
-
 /// Why a flow could not be handed to the kernel.
 #[derive(Debug)]
 pub enum NotEligible {
@@ -205,7 +112,7 @@ pub enum NotEligible {
 
 /// A flow inserted in the maps; deletes its entries when dropped.
 pub struct Inserted {
-    bpf: &'static Bpf,
+    kernel: Arc<Kernel>,
     pub cookie_client: SockKey,
     pub cookie_server: SockKey,
     base_client: SendState,
@@ -227,7 +134,9 @@ pub struct Inserted {
 impl Drop for Inserted {
     fn drop(&mut self) {
         if self.armed.get() {
-            self.bpf.remove_pair(self.cookie_client, self.cookie_server);
+            self.kernel
+                .bpf()
+                .remove_pair(self.cookie_client, self.cookie_server);
         }
     }
 }
@@ -250,13 +159,14 @@ fn is_established(s: &TcpStream) -> bool {
 /// been written to the server already; `read_before` is what userspace read
 /// from the client and the server and forwarded before (promotion).
 pub fn insert(
+    kernel: &Arc<Kernel>,
     client: &TcpStream,
     server: &TcpStream,
     read_before: [u64; 2],
 ) -> Result<Inserted, NotEligible> {
-    let bpf = kernel().ok_or_else(|| NotEligible::Fallback("BPF not loaded".into()))?;
+    let bpf = kernel.bpf();
     if !is_established(client) || !is_established(server) {
-        FALLBACKS.fetch_add(1, Ordering::Relaxed);
+        kernel.note_fallback();
         return Err(NotEligible::Fallback("peer already half-closed".into()));
     }
     // Unread bytes first, totals second: a byte arriving in between counts
@@ -278,12 +188,12 @@ pub fn insert(
         }
         // EOPNOTSUPP (CLOSE_WAIT), EBUSY, map full, ...: nothing was kept.
         Err(e) => {
-            FALLBACKS.fetch_add(1, Ordering::Relaxed);
+            kernel.note_fallback();
             return Err(NotEligible::Fallback(e.to_string()));
         }
     };
     let ins = Inserted {
-        bpf,
+        kernel: kernel.clone(),
         cookie_client,
         cookie_server,
         base_client,
@@ -300,7 +210,7 @@ pub fn insert(
         (cookie_server, server, base_client),
     ] {
         let on = bpf
-            .set_ctl(cookie, initial_ctl(base_to))
+            .set_ctl(cookie, initial_ctl(kernel.max_inflight(), base_to))
             .map_err(|e| io::Error::other(e.to_string()))
             .and_then(|()| sock::set_rcvlowat(s.as_fd(), 1));
         if let Err(e) = on {
@@ -313,26 +223,31 @@ pub fn insert(
 }
 
 /// The control a direction starts with once inserted.
-fn initial_ctl(base_to: SendState) -> FlowCtl {
+fn initial_ctl(max_inflight: usize, base_to: SendState) -> FlowCtl {
     FlowCtl {
         passed_ack: 0,
-        redirect_limit: redirect_limit(base_to, 0, 0),
+        redirect_limit: redirect_limit(max_inflight, base_to, 0, 0),
         ready: 1,
         paused: 0,
     }
 }
 
 /// The kernel's redirect bound for a direction: the kernel may hold at most
-/// `max_inflight()` bytes for the destination (redirected or written by us
+/// `max_inflight` bytes for the destination (redirected or written by us
 /// and not yet acknowledged by the destination's peer), counted from the
 /// baseline. Never 0 (0 means "no limit" to the verdict).
-fn redirect_limit(base_to: SendState, acked_since: u64, written: u64) -> u64 {
-    (max_inflight() as u64 + acked_since)
+fn redirect_limit(max_inflight: usize, base_to: SendState, acked_since: u64, written: u64) -> u64 {
+    (max_inflight as u64 + acked_since)
         .saturating_sub(written + base_to.queued)
         .max(1)
 }
 
 impl Inserted {
+    /// The kernel the pair is in.
+    pub fn kernel(&self) -> &Arc<Kernel> {
+        &self.kernel
+    }
+
     fn cookie(&self, side: Side) -> SockKey {
         match side {
             Side::Client => self.cookie_client,
@@ -365,7 +280,8 @@ impl Inserted {
 
     /// Bytes the kernel redirected from `from` so far.
     fn redirected(&self, from: Side) -> Result<u64, io::Error> {
-        self.bpf
+        self.kernel
+            .bpf()
             .stats(self.cookie(from))
             .map(|s| s.redirected_bytes)
             .map_err(|e| io::Error::other(e.to_string()))
@@ -393,8 +309,8 @@ impl Inserted {
             unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(s), libc::FIONREAD, &mut inq) };
             tracing::debug!(
                 ?side,
-                stats = ?self.bpf.stats(self.cookie(side)).ok(),
-                ctl = ?self.bpf.ctl(self.cookie(side)).ok(),
+                stats = ?self.kernel.bpf().stats(self.cookie(side)).ok(),
+                ctl = ?self.kernel.bpf().ctl(self.cookie(side)).ok(),
                 send = ?sock::send_state(s.as_fd()).ok(),
                 base = ?self.base(side),
                 inq,
@@ -414,7 +330,8 @@ impl Inserted {
 
 /// Bytes the kernel passed to userspace from `dir.from` so far.
 fn passed(ins: &Inserted, dir: Dir) -> Result<u64, DirError> {
-    ins.bpf
+    ins.kernel
+        .bpf()
         .stats(ins.cookie(dir.from))
         .map(|s| s.passed_bytes)
         .map_err(|e| DirError::new(dir.from, io::Error::other(e.to_string())))
@@ -450,7 +367,7 @@ impl DirState {
         Self {
             written: Cell::new(0),
             read: Cell::new(0),
-            ctl: Cell::new(initial_ctl(ins.base(dir.to))),
+            ctl: Cell::new(initial_ctl(ins.kernel.max_inflight(), ins.base(dir.to))),
             kicks: Cell::new(0),
             unsent: RefCell::new(Vec::new()),
             done: Cell::new(false),
@@ -491,7 +408,8 @@ impl DirState {
     }
 
     fn push(&self, ins: &Inserted, dir: Dir) -> Result<(), DirError> {
-        ins.bpf
+        ins.kernel
+            .bpf()
             .set_ctl(ins.cookie(dir.from), self.ctl.get())
             .map_err(|e| DirError::new(dir.from, io::Error::other(e.to_string())))
     }
@@ -529,12 +447,13 @@ impl Inserted {
     /// that the maps hold the pair. `prior` is what the earlier processes
     /// forwarded each way.
     pub(crate) fn adopt(
+        kernel: &Arc<Kernel>,
         client: &TcpStream,
         server: &TcpStream,
         snap: &Snapshot,
         prior: (u64, u64),
     ) -> Result<Inserted, io::Error> {
-        let bpf = kernel().ok_or_else(|| io::Error::other("BPF not loaded"))?;
+        let bpf = kernel.bpf();
         let cc = crate::bpf::socket_cookie(client.as_fd())?;
         let cs = crate::bpf::socket_cookie(server.as_fd())?;
         if (cc, cs) != (snap.cookie_client, snap.cookie_server) {
@@ -546,7 +465,7 @@ impl Inserted {
             bpf.ctl(c).map_err(|e| io::Error::other(e.to_string()))?;
         }
         Ok(Inserted {
-            bpf,
+            kernel: kernel.clone(),
             cookie_client: cc,
             cookie_server: cs,
             base_client: snap.base_client,
@@ -634,11 +553,12 @@ fn regulate(
     let p = progress(ins, dir, to)?;
     let base = ins.base(dir.to);
     let sent = redirected + st.written.get() + base.queued;
-    PEAK_INFLIGHT.fetch_max(sent.saturating_sub(p.acked) as usize, Ordering::Relaxed);
-    let limit = redirect_limit(base, p.acked, st.written.get());
+    ins.kernel
+        .note_inflight(sent.saturating_sub(p.acked) as usize);
+    let limit = redirect_limit(ins.kernel.max_inflight(), base, p.acked, st.written.get());
     let mut ctl = st.ctl.get();
     // Only raise it, and in steps, so a busy flow costs few map updates.
-    if limit >= ctl.redirect_limit + (max_inflight() / LIMIT_STEPS) as u64 {
+    if limit >= ctl.redirect_limit + (ins.kernel.max_inflight() / LIMIT_STEPS) as u64 {
         ctl.redirect_limit = limit;
         st.ctl.set(ctl);
         st.push(ins, dir)?;
@@ -676,7 +596,7 @@ fn check_totals(ins: &Inserted, dir: Dir, from: &TcpStream, to: &TcpStream, st: 
             entered_peer = entered,
             redirected = ins.seen(dir.from).get(),
             passed = st.read.get(),
-            kernel = ?ins.bpf.stats(ins.cookie(dir.from)).ok(),
+            kernel = ?ins.kernel.bpf().stats(ins.cookie(dir.from)).ok(),
             kicks = st.kicks.get(),
             "sockmap byte counts disagree at EOF"
         );
@@ -798,9 +718,12 @@ async fn forward_unsent(
     let p = progress(ins, dir, to)?;
     let mut ctl = st.ctl.get();
     ctl.passed_ack = st.read.get();
-    ctl.redirect_limit =
-        ctl.redirect_limit
-            .max(redirect_limit(ins.base(dir.to), p.acked, st.written.get()));
+    ctl.redirect_limit = ctl.redirect_limit.max(redirect_limit(
+        ins.kernel.max_inflight(),
+        ins.base(dir.to),
+        p.acked,
+        st.written.get(),
+    ));
     st.ctl.set(ctl);
     st.push(ins, dir)
 }
@@ -856,7 +779,7 @@ pub(crate) async fn run(
                         // FIN would overtake redirected bytes.
                         if verdict_behind(ins, flow, dir, from, st)? {
                             if eof_waits == 0 {
-                                EOF_CATCHUPS.fetch_add(1, Ordering::Relaxed);
+                                ins.kernel.note_eof_catchup();
                             }
                             eof_waits += 1;
                             if eof_waits <= EOF_CATCHUP_POLLS {
@@ -900,7 +823,7 @@ pub(crate) async fn run(
                         // the verdict hands the segment over).
                         flow.touch(dir.from);
                         let at = st.read.get();
-                        let (a, b) = match ins.bpf.stats(ins.cookie(dir.from)) {
+                        let (a, b) = match ins.kernel.bpf().stats(ins.cookie(dir.from)) {
                             Ok(k) => skip_within(at, n, k.skip_at, k.skip_len),
                             Err(_) => (n, n),
                         };
@@ -951,162 +874,6 @@ pub struct Handed {
     pub to_client: u64,
     /// Where the flow's bytes were counted (frontend, backend, server).
     pub route: Option<super::FlowRoute>,
-}
-
-/// The process's hand-over of its kernel flows (see "Hand-over" in the
-/// module doc of `crate::reload`). A hand-over that did not commit is undone
-/// by [`reopen_handover`], which starts a new generation: members of an
-/// earlier one can no longer answer or be counted.
-#[derive(Debug, Default)]
-struct HandoverReg {
-    /// Current generation (one per hand-over attempt).
-    generation: u64,
-    /// Flows of this generation registered to answer a request and not
-    /// answered or ended yet.
-    live: usize,
-    /// A request was made: flows starting later are not registered.
-    requested: bool,
-    /// The collection was taken: later offers are refused.
-    closed: bool,
-    items: Vec<Handed>,
-}
-
-static HANDOVER: Mutex<HandoverReg> = Mutex::new(HandoverReg {
-    generation: 0,
-    live: 0,
-    requested: false,
-    closed: false,
-    items: Vec::new(),
-});
-/// The generation whose members are asked to hand themselves over, if any.
-static HANDOVER_SIGNAL: OnceLock<tokio::sync::watch::Sender<Option<u64>>> = OnceLock::new();
-/// Poll period of [`collect_handover`] while flows quiesce.
-const HANDOVER_POLL: Duration = Duration::from_millis(1);
-
-fn handover_reg() -> std::sync::MutexGuard<'static, HandoverReg> {
-    HANDOVER
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn handover_signal() -> &'static tokio::sync::watch::Sender<Option<u64>> {
-    HANDOVER_SIGNAL.get_or_init(|| tokio::sync::watch::channel(None).0)
-}
-
-/// A kernel flow's membership in the hand-over: registered flows answer a
-/// request; a flow that started after the request is not registered and
-/// finishes in this process.
-#[derive(Debug)]
-pub(crate) struct Member {
-    registered: bool,
-    generation: u64,
-}
-
-impl Member {
-    pub(crate) fn join() -> Member {
-        let mut reg = handover_reg();
-        let registered = !reg.requested;
-        if registered {
-            reg.live += 1;
-        }
-        Member {
-            registered,
-            generation: reg.generation,
-        }
-    }
-
-    /// Resolves once a hand-over is requested (never for an unregistered flow).
-    pub(crate) async fn requested(&self) {
-        if !self.registered {
-            return std::future::pending().await;
-        }
-        let mut rx = handover_signal().subscribe();
-        let gen = self.generation;
-        if rx.wait_for(|r| *r == Some(gen)).await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-
-    /// Give the flow to the collection. Refused (false: `handed` is dropped,
-    /// closing only its dups, and the flow goes on here) when the collection
-    /// was already taken; either way this flow is no longer registered.
-    pub(crate) fn offer(&mut self, handed: Handed) -> bool {
-        let mut reg = handover_reg();
-        if !std::mem::replace(&mut self.registered, false) || reg.generation != self.generation {
-            return false;
-        }
-        reg.live = reg.live.saturating_sub(1);
-        if reg.closed {
-            return false;
-        }
-        reg.items.push(handed);
-        true
-    }
-
-    /// Stop answering requests (the flow keeps running here).
-    pub(crate) fn leave(&mut self) {
-        if std::mem::replace(&mut self.registered, false) {
-            let mut reg = handover_reg();
-            if reg.generation == self.generation {
-                reg.live = reg.live.saturating_sub(1);
-            }
-        }
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        self.leave();
-    }
-}
-
-/// Ask every registered kernel flow to quiesce and hand itself over; wait
-/// (at most `limit`) until each has answered or ended, then take the
-/// collection. Flows starting from now on are not registered.
-pub async fn collect_handover(limit: Duration) -> Vec<Handed> {
-    let gen = {
-        let mut reg = handover_reg();
-        reg.requested = true;
-        reg.generation
-    };
-    handover_signal().send_replace(Some(gen));
-    let t0 = tokio::time::Instant::now();
-    loop {
-        {
-            let mut reg = handover_reg();
-            if reg.live == 0 || t0.elapsed() >= limit {
-                if reg.live > 0 {
-                    tracing::warn!(
-                        flows = reg.live,
-                        "kernel flows did not quiesce in time: they stay in this process"
-                    );
-                }
-                reg.closed = true;
-                return std::mem::take(&mut reg.items);
-            }
-        }
-        tokio::time::sleep(HANDOVER_POLL).await;
-    }
-}
-
-/// Undo a hand-over that did not commit: a new generation, with no request
-/// pending, so the flows this process takes back (and every flow starting
-/// from now on) answer the next request. Call before taking them back.
-pub fn reopen_handover() {
-    {
-        let mut reg = handover_reg();
-        reg.generation += 1;
-        reg.live = 0;
-        reg.requested = false;
-        reg.closed = false;
-        reg.items.clear();
-    }
-    handover_signal().send_replace(None);
-}
-
-/// Kernel flows registered for a hand-over (diagnostics and tests).
-pub fn handover_live() -> usize {
-    handover_reg().live
 }
 
 #[cfg(test)]

@@ -1,0 +1,208 @@
+//! The process's hand-over of its kernel flows to a successor (see
+//! "Hand-over" in the module doc of `crate::reload`): which flows answer a
+//! request, the request itself, and the collection of their states.
+//!
+//! Owns: the registry of one loaded kernel ([`super::Kernel`] holds it, so
+//! there is one per process and none without BPF). Must not: touch a flow's
+//! sockets or map entries (the flow does that itself when asked).
+//!
+//! A hand-over that did not commit is undone by [`Registry::reopen`], which
+//! starts a new generation: members of an earlier one can no longer answer
+//! or be counted.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::Handed;
+
+/// Poll period of [`Registry::collect`] while flows quiesce.
+const HANDOVER_POLL: Duration = Duration::from_millis(1);
+
+#[derive(Debug, Default)]
+struct Reg {
+    /// Current generation (one per hand-over attempt).
+    generation: u64,
+    /// Flows of this generation registered to answer a request and not
+    /// answered or ended yet.
+    live: usize,
+    /// A request was made: flows starting later are not registered.
+    requested: bool,
+    /// The collection was taken: later offers are refused.
+    closed: bool,
+    items: Vec<Handed>,
+}
+
+/// Members, the request and the collection of one process's kernel flows.
+#[derive(Debug)]
+pub struct Registry {
+    reg: Mutex<Reg>,
+    /// The generation whose members are asked to hand themselves over, if any.
+    signal: watch::Sender<Option<u64>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self {
+            reg: Mutex::default(),
+            signal: watch::channel(None).0,
+        }
+    }
+}
+
+impl Registry {
+    fn lock(&self) -> MutexGuard<'_, Reg> {
+        // A panic while holding it leaves counts only: still usable.
+        self.reg.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Register a kernel flow starting now (unregistered once a request was
+    /// made: it finishes in this process).
+    pub(crate) fn join(&self) -> Member<'_> {
+        let mut reg = self.lock();
+        let registered = !reg.requested;
+        if registered {
+            reg.live += 1;
+        }
+        Member {
+            registry: self,
+            registered,
+            generation: reg.generation,
+        }
+    }
+
+    /// Ask every registered kernel flow to quiesce and hand itself over; wait
+    /// (at most `limit`) until each has answered or ended, then take the
+    /// collection. Flows starting from now on are not registered.
+    pub async fn collect(&self, limit: Duration) -> Vec<Handed> {
+        let gen = {
+            let mut reg = self.lock();
+            reg.requested = true;
+            reg.generation
+        };
+        self.signal.send_replace(Some(gen));
+        let t0 = tokio::time::Instant::now();
+        loop {
+            {
+                let mut reg = self.lock();
+                if reg.live == 0 || t0.elapsed() >= limit {
+                    if reg.live > 0 {
+                        tracing::warn!(
+                            flows = reg.live,
+                            "kernel flows did not quiesce in time: they stay in this process"
+                        );
+                    }
+                    reg.closed = true;
+                    return std::mem::take(&mut reg.items);
+                }
+            }
+            tokio::time::sleep(HANDOVER_POLL).await;
+        }
+    }
+
+    /// Undo a hand-over that did not commit: a new generation, with no request
+    /// pending, so the flows this process takes back (and every flow starting
+    /// from now on) answer the next request. Call before taking them back.
+    pub fn reopen(&self) {
+        {
+            let mut reg = self.lock();
+            reg.generation += 1;
+            reg.live = 0;
+            reg.requested = false;
+            reg.closed = false;
+            reg.items.clear();
+        }
+        self.signal.send_replace(None);
+    }
+
+    /// Kernel flows registered for a hand-over (diagnostics and tests).
+    pub fn live(&self) -> usize {
+        self.lock().live
+    }
+}
+
+/// A kernel flow's membership in the hand-over: registered flows answer a
+/// request; a flow that started after the request is not registered and
+/// finishes in this process.
+#[derive(Debug)]
+pub(crate) struct Member<'k> {
+    registry: &'k Registry,
+    registered: bool,
+    generation: u64,
+}
+
+impl Member<'_> {
+    /// Resolves once a hand-over is requested (never for an unregistered flow).
+    pub(crate) async fn requested(&self) {
+        if !self.registered {
+            return std::future::pending().await;
+        }
+        let mut rx = self.registry.signal.subscribe();
+        let gen = self.generation;
+        if rx.wait_for(|r| *r == Some(gen)).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Give the flow to the collection. Refused (false: `handed` is dropped,
+    /// closing only its dups, and the flow goes on here) when the collection
+    /// was already taken; either way this flow is no longer registered.
+    pub(crate) fn offer(&mut self, handed: Handed) -> bool {
+        let mut reg = self.registry.lock();
+        if !std::mem::replace(&mut self.registered, false) || reg.generation != self.generation {
+            return false;
+        }
+        reg.live = reg.live.saturating_sub(1);
+        if reg.closed {
+            return false;
+        }
+        reg.items.push(handed);
+        true
+    }
+
+    /// Stop answering requests (the flow keeps running here).
+    pub(crate) fn leave(&mut self) {
+        if std::mem::replace(&mut self.registered, false) {
+            let mut reg = self.registry.lock();
+            if reg.generation == self.generation {
+                reg.live = reg.live.saturating_sub(1);
+            }
+        }
+    }
+}
+
+impl Drop for Member<'_> {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Registry;
+    use std::time::Duration;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_request_counts_only_the_members_of_its_generation() {
+        let reg = Registry::default();
+        let mut a = reg.join();
+        let b = reg.join();
+        assert_eq!(reg.live(), 2);
+        drop(b);
+        assert_eq!(reg.live(), 1);
+        // Nobody answers: the collection is taken at the limit, empty.
+        assert!(reg.collect(Duration::from_millis(5)).await.is_empty());
+        // Joined after the request: not registered.
+        let late = reg.join();
+        assert_eq!(reg.live(), 1);
+        drop(late);
+        // Undone: a new generation, where the old member no longer counts.
+        reg.reopen();
+        assert_eq!(reg.live(), 0);
+        a.leave();
+        assert_eq!(reg.live(), 0);
+        let _c = reg.join();
+        assert_eq!(reg.live(), 1);
+    }
+}
