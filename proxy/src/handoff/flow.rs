@@ -152,6 +152,11 @@ impl<'m> Flow<'m> {
     }
 
     /// A flow that `auto` may promote by `promote`'s rules.
+    /// Where the flow is counted (see [`Meter::route`]).
+    pub fn route(&self) -> Option<super::FlowRoute> {
+        self.meter.route()
+    }
+
     pub fn watched(meter: &'m dyn Meter, promote: Option<Promote>) -> Self {
         let now = Instant::now();
         Self {

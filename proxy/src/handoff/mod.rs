@@ -280,7 +280,6 @@ pub async fn forward(
             if promoted.is_some() {
                 meter.promoted();
             }
-            let route = meter.route();
             // Boxed: see `userspace` below.
             let kernel = Box::pin(run_kernel(
                 &flow,
@@ -288,9 +287,8 @@ pub async fn forward(
                 &server,
                 ins,
                 st,
-                timeouts,
+                &timeouts,
                 (0, 0),
-                route,
             ));
             return match kernel.await {
                 KernelEnd::Ended(end) => {
@@ -368,7 +366,7 @@ async fn userspace(
         splice,
         auto,
     ));
-    drive(flow, timeouts, c2s, s2c, &|| {}).await
+    drive(flow, timeouts, c2s, s2c, &NoPace).await
 }
 
 /// Why `insert_kernel` did not insert the pair.
@@ -421,92 +419,122 @@ async fn insert_kernel(
 /// both sockets go to the collection, and the map entries stay. `prior` is
 /// what the flow forwarded in earlier processes (client to server, server
 /// to client).
-#[allow(clippy::too_many_arguments)]
-async fn run_kernel(
+///
+/// Not an `async fn`: the future of one would keep its arguments twice (as
+/// arguments and as the body's locals), here `ins` and `st`, in every
+/// kernel flow's room; the `async move` block uses them where they are.
+#[allow(clippy::manual_async_fn)]
+fn run_kernel<'a, 'm>(
+    flow: &'a Flow<'m>,
+    client: &'a TcpStream,
+    server: &'a TcpStream,
+    ins: sockmap::Inserted,
+    st: [sockmap::DirState; 2],
+    timeouts: &'a FlowTimeouts,
+    prior: (u64, u64),
+) -> impl Future<Output = KernelEnd> + use<'a, 'm> {
+    async move {
+        let kernel = ins.kernel().clone();
+        let mut member = kernel.handover().join();
+        let end = loop {
+            let asked = {
+                let c2s = pin!(sockmap::run(
+                    flow,
+                    &ins,
+                    CLIENT_TO_SERVER,
+                    client,
+                    server,
+                    &st[0]
+                ));
+                let s2c = pin!(sockmap::run(
+                    flow,
+                    &ins,
+                    SERVER_TO_CLIENT,
+                    server,
+                    client,
+                    &st[1]
+                ));
+                let ticker = sockmap::Ticker {
+                    flow,
+                    ins: &ins,
+                    client,
+                    server,
+                    st: &st,
+                };
+                let driven = pin!(async {
+                    match drive(flow, timeouts, c2s, s2c, &ticker).await {
+                        Driven::End(end) => end,
+                        // Never asked for here: the flow is already in the kernel.
+                        Driven::Quiescent => End::Done,
+                    }
+                });
+                tokio::select! {
+                    end = driven => Err(end),
+                    () = member.requested() => Ok(()),
+                }
+                // Both directions' futures are dropped here, wherever they waited.
+            };
+            match asked {
+                Err(end) => break end,
+                Ok(()) => {
+                    if hand_over(flow, client, server, &ins, &st, prior, &mut member) {
+                        return KernelEnd::HandedOver;
+                    }
+                }
+            }
+        };
+        drop(member);
+        ins.account_all(flow);
+        if !matches!(end, End::Done) {
+            ins.debug_state(client, server);
+        }
+        // Dropping `ins` deletes both SOCKHASH keys and flow entries before the
+        // sockets close.
+        drop(ins);
+        KernelEnd::Ended(end)
+    }
+}
+
+/// Offer a quiesced kernel flow to the hand-over collection: true when it
+/// was taken (the map entries stay for the successor), false when it goes
+/// on here (dups failed, or too late for the collection). Not async: what it
+/// builds is never part of the flow's future.
+fn hand_over(
     flow: &Flow<'_>,
     client: &TcpStream,
     server: &TcpStream,
-    ins: sockmap::Inserted,
-    st: [sockmap::DirState; 2],
-    timeouts: FlowTimeouts,
+    ins: &sockmap::Inserted,
+    st: &[sockmap::DirState; 2],
     prior: (u64, u64),
-    route: Option<FlowRoute>,
-) -> KernelEnd {
-    let kernel = ins.kernel().clone();
-    let mut member = kernel.handover().join();
-    let end = loop {
-        let asked = {
-            let c2s = pin!(sockmap::run(
-                flow,
-                &ins,
-                CLIENT_TO_SERVER,
-                client,
-                server,
-                &st[0]
-            ));
-            let s2c = pin!(sockmap::run(
-                flow,
-                &ins,
-                SERVER_TO_CLIENT,
-                server,
-                client,
-                &st[1]
-            ));
-            let refresh = || ins.account_all(flow);
-            let driven = pin!(async {
-                match drive(flow, &timeouts, c2s, s2c, &refresh).await {
-                    Driven::End(end) => end,
-                    // Never asked for here: the flow is already in the kernel.
-                    Driven::Quiescent => End::Done,
-                }
-            });
-            tokio::select! {
-                end = driven => Err(end),
-                () = member.requested() => Ok(()),
-            }
-            // Both directions' futures are dropped here, wherever they waited.
-        };
-        match asked {
-            Err(end) => break end,
-            Ok(()) => {
-                ins.account_all(flow);
-                let dups = client
-                    .as_fd()
-                    .try_clone_to_owned()
-                    .and_then(|c| Ok((c, server.as_fd().try_clone_to_owned()?)));
-                let (c, s) = match dups {
-                    Ok(d) => d,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot hand a kernel flow over; it stays here");
-                        member.leave();
-                        continue;
-                    }
-                };
-                let handed = sockmap::Handed {
-                    snap: ins.snapshot(&st[0], &st[1]),
-                    client: c,
-                    server: s,
-                    to_server: prior.0 + flow.to_server(),
-                    to_client: prior.1 + flow.to_client(),
-                    route,
-                };
-                if member.offer(handed) {
-                    ins.disarm();
-                    return KernelEnd::HandedOver;
-                }
-                // Too late for the collection: go on here.
-            }
+    member: &mut sockmap::Member<'_>,
+) -> bool {
+    ins.account_all(flow);
+    let dups = client
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(|c| Ok((c, server.as_fd().try_clone_to_owned()?)));
+    let (c, s) = match dups {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot hand a kernel flow over; it stays here");
+            member.leave();
+            return false;
         }
     };
-    drop(member);
-    ins.account_all(flow);
-    if !matches!(end, End::Done) {
-        ins.debug_state(client, server);
+    let handed = sockmap::Handed {
+        snap: ins.snapshot(&st[0], &st[1]),
+        client: c,
+        server: s,
+        to_server: prior.0 + flow.to_server(),
+        to_client: prior.1 + flow.to_client(),
+        route: flow.route(),
+    };
+    if member.offer(handed) {
+        ins.disarm();
+        return true;
     }
-    // Dropping `ins` deletes both SOCKHASH keys and flow entries before the
-    // sockets close.
-    drop(ins);
-    KernelEnd::Ended(end)
+    // Too late for the collection: go on here.
+    false
 }
 
 /// Continue a kernel flow a predecessor handed over (see `crate::reload`):
@@ -544,8 +572,7 @@ pub async fn resume(
         sockmap::DirState::from_snapshot(c2s),
         sockmap::DirState::from_snapshot(s2c),
     ];
-    let route = meter.route();
-    let end = run_kernel(&flow, &client, &server, ins, st, timeouts, prior, route).await;
+    let end = run_kernel(&flow, &client, &server, ins, st, &timeouts, prior).await;
     let mut out = match end {
         KernelEnd::Ended(end) => finish(&flow, &client, &server, Mode::Sockmap, end, None),
         KernelEnd::HandedOver => handed_over(&flow),
@@ -650,12 +677,43 @@ enum Driven {
     Quiescent,
 }
 
+/// A flow's periodic work besides its timeouts, run by its driver.
+trait Pace {
+    /// The time from the last tick to the next (`None`: no ticks).
+    fn period(&self) -> Option<Duration>;
+    /// One tick; also run before a timeout is judged.
+    fn tick(&self) -> Result<(), DirError>;
+}
+
+/// A userspace flow: nothing periodic, the directions see every byte.
+struct NoPace;
+
+impl Pace for NoPace {
+    fn period(&self) -> Option<Duration> {
+        None
+    }
+    fn tick(&self) -> Result<(), DirError> {
+        Ok(())
+    }
+}
+
+impl Pace for sockmap::Ticker<'_, '_> {
+    fn period(&self) -> Option<Duration> {
+        Some(sockmap::Ticker::period(self))
+    }
+    fn tick(&self) -> Result<(), DirError> {
+        sockmap::Ticker::tick(self)
+    }
+}
+
 /// Polls both directions and the inactivity deadline until both directions
 /// are done, one fails, or a side times out.
 ///
-/// `refresh` brings activity seen elsewhere (the kernel's counters in sockmap
-/// mode) into `flow` before a timeout is declared, so a late poll of those
-/// counters can never expire an active flow.
+/// `pace` is the flow's periodic work besides its timeouts (a kernel flow's
+/// accounting and bounds, `sockmap::Ticker`), one timer for both: its tick
+/// also runs before a timeout is declared, bringing activity seen elsewhere
+/// (the kernel's counters) into `flow`, so a late poll of those counters can
+/// never expire an active flow.
 ///
 /// The directions come pinned by the caller, made in place: a future taken by
 /// value and pinned here would be stored twice in the flow's state (the argument
@@ -665,9 +723,10 @@ async fn drive(
     t: &FlowTimeouts,
     mut c2s: Pin<&mut impl Future<Output = Result<(), DirError>>>,
     mut s2c: Pin<&mut impl Future<Output = Result<(), DirError>>>,
-    refresh: &dyn Fn(),
+    pace: &dyn Pace,
 ) -> Driven {
     let (mut up_done, mut down_done) = (false, false);
+    let mut last_tick = tokio::time::Instant::now();
     loop {
         if up_done && down_done {
             return Driven::End(End::Done);
@@ -692,10 +751,11 @@ async fn drive(
         // Activity only pushes deadlines later, so sleeping until the
         // earliest one computed now and re-checking on wake is exact; a
         // half-close can bring one closer, and it wakes us to recompute.
-        let deadline = match (flow.deadline(t), flow.park_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let tick_at = pace.period().map(|p| last_tick + p);
+        let deadline = [flow.deadline(t), flow.park_deadline(), tick_at]
+            .into_iter()
+            .flatten()
+            .min();
         let sleep = async move {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d).await,
@@ -721,7 +781,11 @@ async fn drive(
             // parkable: recheck at the top (a spurious wake only loops once).
             () = flow.changed.notified() => {}
             () = sleep => {
-                refresh();
+                if let Err(e) = pace.tick() {
+                    tracing::debug!(error = %e, "kernel flow tick failed");
+                    return Driven::End(e.into_end());
+                }
+                last_tick = tokio::time::Instant::now();
                 if let Some(end) = flow.expired(t, tokio::time::Instant::now()) {
                     return Driven::End(end);
                 }

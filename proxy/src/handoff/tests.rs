@@ -977,3 +977,77 @@ fn a_direction_error_names_its_side_and_a_reset_becomes_a_reset() {
         Cause::Proxy
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "measurement"]
+async fn zz_kernel_stage_sizes() {
+    let kernel = super::sockmap::Kernel::load(None, None).unwrap();
+    let r = rig().await;
+    let m = Counting::default();
+    let flow = Flow::new(&m);
+    let ins = super::sockmap::insert(&kernel, &r.proxy_client, &r.proxy_server, [0, 0]).unwrap();
+    let st = [
+        super::sockmap::DirState::new(&ins, CLIENT_TO_SERVER),
+        super::sockmap::DirState::new(&ins, SERVER_TO_CLIENT),
+    ];
+    eprintln!(
+        "Inserted {} DirState {} Flow {}",
+        std::mem::size_of_val(&ins),
+        std::mem::size_of::<super::sockmap::DirState>(),
+        std::mem::size_of_val(&flow)
+    );
+    {
+        let f = super::sockmap::run(
+            &flow,
+            &ins,
+            CLIENT_TO_SERVER,
+            &r.proxy_client,
+            &r.proxy_server,
+            &st[0],
+        );
+        eprintln!("sockmap::run {}", std::mem::size_of_val(&f));
+        let reg = kernel.handover().join();
+        let q = reg.requested();
+        eprintln!(
+            "member {} requested {}",
+            std::mem::size_of_val(&reg),
+            std::mem::size_of_val(&q)
+        );
+        let s = tokio::time::sleep(std::time::Duration::from_millis(1));
+        eprintln!("Sleep {}", std::mem::size_of_val(&s));
+        let n = flow.changed.notified();
+        eprintln!("Notified {}", std::mem::size_of_val(&n));
+        let c2s = std::pin::pin!(super::sockmap::run(
+            &flow,
+            &ins,
+            CLIENT_TO_SERVER,
+            &r.proxy_client,
+            &r.proxy_server,
+            &st[0]
+        ));
+        let s2c = std::pin::pin!(super::sockmap::run(
+            &flow,
+            &ins,
+            SERVER_TO_CLIENT,
+            &r.proxy_server,
+            &r.proxy_client,
+            &st[1]
+        ));
+        let t = FlowTimeouts::default();
+        let d = super::drive(&flow, &t, c2s, s2c, &super::NoPace);
+        eprintln!("drive {}", std::mem::size_of_val(&d));
+        let h = std::mem::size_of::<super::sockmap::Handed>();
+        eprintln!("Handed {h} End {}", std::mem::size_of::<End>());
+    }
+    let tt = FlowTimeouts::default();
+    let f = super::run_kernel(
+        &flow,
+        &r.proxy_client,
+        &r.proxy_server,
+        ins,
+        st,
+        &tt,
+        (0, 0),
+    );
+    eprintln!("run_kernel {}", std::mem::size_of_val(&f));
+}

@@ -10,10 +10,12 @@
 //! starts a new generation: members of an earlier one can no longer answer
 //! or be counted.
 
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use super::Handed;
 
@@ -35,20 +37,16 @@ struct Reg {
 }
 
 /// Members, the request and the collection of one process's kernel flows.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Registry {
     reg: Mutex<Reg>,
-    /// The generation whose members are asked to hand themselves over, if any.
-    signal: watch::Sender<Option<u64>>,
-}
-
-impl Default for Registry {
-    fn default() -> Self {
-        Self {
-            reg: Mutex::default(),
-            signal: watch::channel(None).0,
-        }
-    }
+    /// The generation whose members are asked to hand themselves over, plus
+    /// one (0: none). Beside the lock so a waiting member reads it alone.
+    asked: AtomicU64,
+    /// Wakes the waiting members when a request is made. A `Notify` rather
+    /// than a watch channel: every kernel flow waits on it, and its wait is
+    /// a third of the size.
+    signal: Notify,
 }
 
 impl Registry {
@@ -81,7 +79,8 @@ impl Registry {
             reg.requested = true;
             reg.generation
         };
-        self.signal.send_replace(Some(gen));
+        self.asked.store(gen + 1, Ordering::Release);
+        self.signal.notify_waiters();
         let t0 = tokio::time::Instant::now();
         loop {
             {
@@ -113,7 +112,8 @@ impl Registry {
             reg.closed = false;
             reg.items.clear();
         }
-        self.signal.send_replace(None);
+        // The members of the generation asked can no longer match.
+        self.asked.store(0, Ordering::Release);
     }
 
     /// Kernel flows registered for a hand-over (diagnostics and tests).
@@ -138,10 +138,15 @@ impl Member<'_> {
         if !self.registered {
             return std::future::pending().await;
         }
-        let mut rx = self.registry.signal.subscribe();
-        let gen = self.generation;
-        if rx.wait_for(|r| *r == Some(gen)).await.is_err() {
-            std::future::pending::<()>().await;
+        let asked = self.generation + 1;
+        loop {
+            // Registered before the check, so a request made in between wakes it.
+            let mut woken = pin!(self.registry.signal.notified());
+            woken.as_mut().enable();
+            if self.registry.asked.load(Ordering::Acquire) == asked {
+                return;
+            }
+            woken.await;
         }
     }
 
@@ -204,5 +209,34 @@ mod tests {
         assert_eq!(reg.live(), 0);
         let _c = reg.join();
         assert_eq!(reg.live(), 1);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_request_wakes_the_members_waiting_for_it() {
+        let reg = Registry::default();
+        let mut m = reg.join();
+        {
+            let mut asked = std::pin::pin!(m.requested());
+            // Not asked yet: still waiting after a poll.
+            assert!(futures_poll_once(asked.as_mut()).await.is_none());
+            // Asked: it wakes; it does not answer, so the collection is
+            // taken at the limit, empty.
+            let (items, ()) = tokio::join!(reg.collect(Duration::from_millis(50)), asked);
+            assert!(items.is_empty());
+        }
+        m.leave();
+        assert_eq!(reg.live(), 0);
+    }
+
+    /// Poll `f` once: its output if it was ready.
+    async fn futures_poll_once<F: std::future::Future + Unpin>(f: F) -> Option<F::Output> {
+        let mut f = f;
+        std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match std::pin::Pin::new(&mut f).poll(cx) {
+                std::task::Poll::Ready(v) => Some(v),
+                std::task::Poll::Pending => None,
+            })
+        })
+        .await
     }
 }

@@ -80,6 +80,7 @@ use crate::sys::sock::{self, SendState};
 mod handover;
 mod kernel;
 
+pub(crate) use handover::Member;
 pub use handover::Registry;
 pub use kernel::{Kernel, KernelInfo, DEFAULT_MAX_INFLIGHT, MIN_MAX_INFLIGHT};
 
@@ -87,12 +88,12 @@ pub use kernel::{Kernel, KernelInfo, DEFAULT_MAX_INFLIGHT, MIN_MAX_INFLIGHT};
 /// where it closes the source's receive window). Taken by a direction only when
 /// the verdict first passes it bytes, so an idle flow holds none.
 const PASS_BUF: usize = 256 * 1024;
-/// Poll period while bytes are moving (counters, backpressure).
-const TICK_ACTIVE: Duration = Duration::from_millis(2);
+/// Poll period while bytes are moving (counters, backpressure), in ms.
+const TICK_ACTIVE_MS: u16 = 2;
 /// Active ticks without progress before the period starts to grow.
 const IDLE_TICKS_BEFORE_BACKOFF: u32 = 100;
-/// Poll period once a direction has been idle for a while.
-const TICK_IDLE: Duration = Duration::from_millis(200);
+/// Poll period once a direction has been idle for a while, in ms.
+const TICK_IDLE_MS: u16 = 200;
 /// The bound is raised in steps of `max_inflight() / LIMIT_STEPS` bytes.
 const LIMIT_STEPS: usize = 8;
 /// Poll period of the drain check.
@@ -359,6 +360,11 @@ pub(crate) struct DirState {
     /// forwarded (an overlap the verdict could not trim: `FlowStats::skip_at`).
     /// Not carried over a hand-over: after one it only offsets `check_totals`.
     skipped: Cell<u64>,
+    /// This direction's tick period in ms ([`TICK_ACTIVE`] while bytes move,
+    /// growing to [`TICK_IDLE`]); the flow ticks at the shorter of its two.
+    tick_ms: Cell<u16>,
+    /// Ticks without progress since the last progress.
+    idle_ticks: Cell<u32>,
 }
 
 impl DirState {
@@ -372,6 +378,8 @@ impl DirState {
             unsent: RefCell::new(Vec::new()),
             done: Cell::new(false),
             skipped: Cell::new(0),
+            tick_ms: Cell::new(TICK_ACTIVE_MS),
+            idle_ticks: Cell::new(0),
         }
     }
 
@@ -385,6 +393,17 @@ impl DirState {
             unsent: RefCell::new(s.unsent),
             done: Cell::new(s.done),
             skipped: Cell::new(0),
+            tick_ms: Cell::new(TICK_ACTIVE_MS),
+            idle_ticks: Cell::new(0),
+        }
+    }
+
+    /// Bytes move: tick at [`TICK_ACTIVE`] again, waking the flow's driver
+    /// when it was sleeping for a longer period.
+    fn activate(&self, flow: &Flow<'_>) {
+        self.idle_ticks.set(0);
+        if self.tick_ms.replace(TICK_ACTIVE_MS) != TICK_ACTIVE_MS {
+            flow.changed.notify_one();
         }
     }
 
@@ -744,122 +763,170 @@ pub(crate) async fn run(
     }
     // Empty until the first passed bytes (`read_passed`).
     let mut buf = Vec::new();
-    let mut tick = TICK_ACTIVE;
-    let mut idle_ticks = 0u32;
     let mut eof_waits = 0u32;
     loop {
         if !st.unsent.borrow().is_empty() {
             // Passed bytes: never ahead of redirected ones.
             // Boxed, as the drain below: rare, and not every idle flow's room.
             Box::pin(forward_unsent(flow, ins, dir, to, st)).await?;
-            tick = TICK_ACTIVE;
+            st.activate(flow);
             continue;
         }
-        tokio::select! {
-            r = copy::read_ready(from) => {
-                r.map_err(|e| DirError::new(dir.from, e))?;
-                let got = from.try_io(tokio::io::Interest::READABLE, || {
-                    read_passed(from, &mut buf)
-                });
-                match got {
-                    Ok(Passed::Eof) => {
-                        // EOF can be visible before the last passed bytes: a
-                        // passed segment queues behind the psock's backlog and
-                        // a kworker moves it to the socket later. No verdict
-                        // runs after FIN, so the kernel's passed count is final.
-                        if passed(ins, dir)? > st.read.get() {
-                            tokio::time::sleep(DRAIN_POLL).await;
-                            continue;
-                        }
-                        // The FIN can also be visible before the verdict has
-                        // run over the data TCP received ahead of it (seen in
-                        // tests: half a flow's bytes redirected only after
-                        // EOF was read). Draining then would compare against
-                        // a redirected count that is not final yet, and the
-                        // FIN would overtake redirected bytes.
-                        if verdict_behind(ins, flow, dir, from, st)? {
-                            if eof_waits == 0 {
-                                ins.kernel.note_eof_catchup();
-                            }
-                            eof_waits += 1;
-                            if eof_waits <= EOF_CATCHUP_POLLS {
-                                tokio::time::sleep(DRAIN_POLL).await;
-                                continue;
-                            }
-                            tracing::warn!(
-                                ?dir,
-                                "sockmap: the verdict did not catch up with the bytes received before EOF"
-                            );
-                        }
-                        flow.shut(dir.from);
-                        Box::pin(drain(flow, ins, dir, to, st)).await?;
-                        tracing::debug!(
-                            ?dir,
-                            redirected = ins.seen(dir.from).get(),
-                            passed = st.read.get(),
-                            written = st.written.get(),
-                            kicks = st.kicks.get(),
-                            "sockmap direction drained at EOF"
-                        );
-                        check_totals(ins, dir, from, to, st);
-                        copy::propagate_eof(flow, dir, to)?;
-                        st.done.set(true);
-                        return Ok(());
-                    }
-                    Ok(Passed::Unprocessed) => {
-                        // Bytes in the TCP receive queue that no verdict has
-                        // seen yet: never read them (the verdict would later
-                        // take the same segment whole); make it run instead.
-                        st.kicks.set(st.kicks.get() + 1);
-                        sock::set_rcvlowat(from.as_fd(), 1)
-                            .map_err(|e| DirError::new(dir.from, e))?;
-                        tokio::time::sleep(DRAIN_POLL).await;
-                    }
-                    Ok(Passed::Data(n)) => {
-                        // Held in `st` until written: a hand-over between the
-                        // read and the write carries them along. A range the
-                        // verdict marked as repeated is dropped here (the
-                        // marking precedes the bytes: it is written before
-                        // the verdict hands the segment over).
-                        flow.touch(dir.from);
-                        let at = st.read.get();
-                        let (a, b) = match ins.kernel.bpf().stats(ins.cookie(dir.from)) {
-                            Ok(k) => skip_within(at, n, k.skip_at, k.skip_len),
-                            Err(_) => (n, n),
-                        };
-                        {
-                            let mut unsent = st.unsent.borrow_mut();
-                            unsent.extend_from_slice(&buf[..a]);
-                            unsent.extend_from_slice(&buf[b..n]);
-                        }
-                        if b > a {
-                            st.skipped.set(st.skipped.get() + (b - a) as u64);
-                            tracing::debug!(?dir, bytes = b - a, "sockmap: repeated bytes the verdict passed were dropped");
-                        }
-                        st.read.set(at + n as u64);
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(DirError::new(dir.from, e)),
+        // The counters and the bound are the flow's tick's ([`Ticker`]).
+        copy::read_ready(from)
+            .await
+            .map_err(|e| DirError::new(dir.from, e))?;
+        let got = from.try_io(tokio::io::Interest::READABLE, || {
+            read_passed(from, &mut buf)
+        });
+        match got {
+            Ok(Passed::Eof) => {
+                // EOF can be visible before the last passed bytes: a
+                // passed segment queues behind the psock's backlog and
+                // a kworker moves it to the socket later. No verdict
+                // runs after FIN, so the kernel's passed count is final.
+                if passed(ins, dir)? > st.read.get() {
+                    pause().await;
+                    continue;
                 }
-            }
-            () = tokio::time::sleep(tick) => {
-                let before = ins.seen(dir.from).get();
-                let redirected = ins.account(flow, dir).map_err(|e| DirError::new(dir.from, e))?;
-                regulate(ins, dir, to, st, redirected)?;
-                let passing = passed(ins, dir)? > st.read.get();
-                if redirected > before || passing {
-                    idle_ticks = 0;
-                    tick = TICK_ACTIVE;
-                } else {
-                    // Back off only after a while: a burst right after a
-                    // quiet start must still find the bound being raised.
-                    idle_ticks += 1;
-                    if idle_ticks > IDLE_TICKS_BEFORE_BACKOFF {
-                        tick = (tick * 2).min(TICK_IDLE);
+                // The FIN can also be visible before the verdict has
+                // run over the data TCP received ahead of it (seen in
+                // tests: half a flow's bytes redirected only after
+                // EOF was read). Draining then would compare against
+                // a redirected count that is not final yet, and the
+                // FIN would overtake redirected bytes.
+                if verdict_behind(ins, flow, dir, from, st)? {
+                    if eof_waits == 0 {
+                        ins.kernel.note_eof_catchup();
                     }
+                    eof_waits += 1;
+                    if eof_waits <= EOF_CATCHUP_POLLS {
+                        pause().await;
+                        continue;
+                    }
+                    tracing::warn!(
+                        ?dir,
+                        "sockmap: the verdict did not catch up with the bytes received before EOF"
+                    );
+                }
+                flow.shut(dir.from);
+                Box::pin(drain(flow, ins, dir, to, st)).await?;
+                tracing::debug!(
+                    ?dir,
+                    redirected = ins.seen(dir.from).get(),
+                    passed = st.read.get(),
+                    written = st.written.get(),
+                    kicks = st.kicks.get(),
+                    "sockmap direction drained at EOF"
+                );
+                check_totals(ins, dir, from, to, st);
+                copy::propagate_eof(flow, dir, to)?;
+                st.done.set(true);
+                return Ok(());
+            }
+            Ok(Passed::Unprocessed) => {
+                // Bytes in the TCP receive queue that no verdict has
+                // seen yet: never read them (the verdict would later
+                // take the same segment whole); make it run instead.
+                st.kicks.set(st.kicks.get() + 1);
+                sock::set_rcvlowat(from.as_fd(), 1).map_err(|e| DirError::new(dir.from, e))?;
+                pause().await;
+            }
+            Ok(Passed::Data(n)) => {
+                // Held in `st` until written: a hand-over between the
+                // read and the write carries them along. A range the
+                // verdict marked as repeated is dropped here (the
+                // marking precedes the bytes: it is written before
+                // the verdict hands the segment over).
+                flow.touch(dir.from);
+                let at = st.read.get();
+                let (a, b) = match ins.kernel.bpf().stats(ins.cookie(dir.from)) {
+                    Ok(k) => skip_within(at, n, k.skip_at, k.skip_len),
+                    Err(_) => (n, n),
+                };
+                {
+                    let mut unsent = st.unsent.borrow_mut();
+                    unsent.extend_from_slice(&buf[..a]);
+                    unsent.extend_from_slice(&buf[b..n]);
+                }
+                if b > a {
+                    st.skipped.set(st.skipped.get() + (b - a) as u64);
+                    tracing::debug!(
+                        ?dir,
+                        bytes = b - a,
+                        "sockmap: repeated bytes the verdict passed were dropped"
+                    );
+                }
+                st.read.set(at + n as u64);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(DirError::new(dir.from, e)),
+        }
+    }
+}
+
+/// One [`DRAIN_POLL`] wait, boxed: rare, and not every idle flow's room.
+async fn pause() {
+    Box::pin(tokio::time::sleep(DRAIN_POLL)).await;
+}
+
+/// The periodic part of a kernel flow, one per flow rather than per
+/// direction (each timer is room every idle flow holds): account the bytes
+/// the kernel forwarded, regulate each direction's bound, and back the
+/// period off while nothing moves. Driven by the flow's driver (`drive`).
+pub(crate) struct Ticker<'a, 'm> {
+    pub flow: &'a Flow<'m>,
+    pub ins: &'a Inserted,
+    pub client: &'a TcpStream,
+    pub server: &'a TcpStream,
+    pub st: &'a [DirState; 2],
+}
+
+impl Ticker<'_, '_> {
+    /// The period until the next tick: the shorter of the live directions'.
+    pub(crate) fn period(&self) -> Duration {
+        let ms = self
+            .st
+            .iter()
+            .filter(|d| !d.done.get())
+            .map(|d| d.tick_ms.get())
+            .min()
+            .unwrap_or(TICK_IDLE_MS);
+        Duration::from_millis(u64::from(ms))
+    }
+
+    /// One tick over both directions.
+    pub(crate) fn tick(&self) -> Result<(), DirError> {
+        let dirs = [
+            (super::flow::CLIENT_TO_SERVER, self.server, &self.st[0]),
+            (super::flow::SERVER_TO_CLIENT, self.client, &self.st[1]),
+        ];
+        for (dir, to, st) in dirs {
+            if st.done.get() {
+                continue;
+            }
+            let ins = self.ins;
+            let before = ins.seen(dir.from).get();
+            let redirected = ins
+                .account(self.flow, dir)
+                .map_err(|e| DirError::new(dir.from, e))?;
+            regulate(ins, dir, to, st, redirected)?;
+            let passing = passed(ins, dir)? > st.read.get();
+            if redirected > before || passing {
+                st.idle_ticks.set(0);
+                st.tick_ms.set(TICK_ACTIVE_MS);
+            } else {
+                // Back off only after a while: a burst right after a
+                // quiet start must still find the bound being raised.
+                let idle = st.idle_ticks.get().saturating_add(1);
+                st.idle_ticks.set(idle);
+                if idle > IDLE_TICKS_BEFORE_BACKOFF {
+                    st.tick_ms
+                        .set(st.tick_ms.get().saturating_mul(2).min(TICK_IDLE_MS));
                 }
             }
         }
+        Ok(())
     }
 }
 
