@@ -189,13 +189,22 @@ pub fn encode(v: Version, src: SocketAddr, dst: SocketAddr) -> Encoded {
 pub fn encode_local(v: Version, local: SocketAddr, peer: SocketAddr) -> Encoded {
     match v {
         Version::V1 => encode(Version::V1, local, peer),
+        Version::V2 => encode_unknown(Version::V2),
+    }
+}
+
+/// The header of a connection whose addresses are unknown: v1 `PROXY
+/// UNKNOWN`, v2 `LOCAL`.
+pub fn encode_unknown(v: Version) -> Encoded {
+    let mut out = Encoded::new();
+    match v {
+        Version::V1 => out.push(b"PROXY UNKNOWN\r\n"),
         Version::V2 => {
-            let mut out = Encoded::new();
             out.push(&V2_SIGNATURE);
             out.push(&[V2_VERSION | V2_CMD_LOCAL, V2_UNSPEC, 0, 0]);
-            out
         }
     }
+    out
 }
 
 fn as_v6(ip: IpAddr) -> Ipv6Addr {
@@ -439,6 +448,14 @@ mod tests {
         );
         let e = encode_local(Version::V1, l, p);
         assert_eq!(e.as_bytes(), b"PROXY TCP4 127.0.0.1 127.0.0.1 4000 80\r\n");
+        let e = encode_unknown(Version::V1);
+        assert_eq!(
+            parse(e.as_bytes()),
+            Ok(Header {
+                len: 15,
+                addrs: None
+            })
+        );
     }
 
     #[test]

@@ -123,6 +123,13 @@ pub trait Meter {
     }
     /// `auto` moved the flow to the kernel (its pair is in the SOCKHASH).
     fn promoted(&self) {}
+    /// Bytes the session consumed from the client socket before the handoff
+    /// and that the stream does not carry (a PROXY header the client sent):
+    /// TCP received them, so the kernel path's totals (`read_before`) count
+    /// them as read by userspace; the byte counters never see them.
+    fn client_consumed(&self) -> u64 {
+        0
+    }
 }
 
 /// Indexes of the proxies a flow is counted in (this process's configuration).
@@ -374,7 +381,8 @@ async fn insert_kernel(
     if let Err(e) = copy::write_all(flow, CLIENT_TO_SERVER, server, &pending).await {
         return Err(KernelFallback::Failed(e.into_end()));
     }
-    let ins = match sockmap::insert(client, server, [flow.to_server(), flow.to_client()]) {
+    let read_before = [flow.to_server() + flow.client_consumed(), flow.to_client()];
+    let ins = match sockmap::insert(client, server, read_before) {
         Ok(i) => i,
         Err(sockmap::NotEligible::Fallback(why)) => return Err(KernelFallback::Splice(why)),
         Err(sockmap::NotEligible::Abort(e)) => {

@@ -368,6 +368,36 @@ impl Drop for FlowGuard {
     }
 }
 
+/// HAProxy's line for a connection that failed before it became a session
+/// (`session_kill_embryonic`: a bad or missing PROXY header), at level info:
+/// `CLIENT:PORT [ACCEPT DATE] FRONTEND/LISTENER: MESSAGE`, the client being
+/// the connection's real one. `silent_if_null`: the client sent nothing (it
+/// closed, or the read failed), which `option dontlognull` does not log.
+pub fn connection_error(
+    state: &Arc<impl Process + 'static>,
+    fe: usize,
+    client: SocketAddr,
+    accept: SystemTime,
+    listener: &str,
+    msg: &dyn std::fmt::Display,
+    silent_if_null: bool,
+) {
+    use std::fmt::Write;
+    let cfg = state.config();
+    let Some(pl) = cfg.global.traffic_logs.get(fe) else {
+        return;
+    };
+    if pl.targets.is_empty() || (pl.dontlognull && silent_if_null) {
+        return;
+    }
+    let name = cfg.frontends.get(fe).map_or("", |f| f.name.as_str());
+    let mut line = String::with_capacity(128);
+    let _ = write!(line, "{}:{} [", client.ip(), client.port());
+    format::write_accept_date(accept, &mut line);
+    let _ = write!(line, "] {name}/{listener}: {msg}");
+    emit(state.log(), fe, syslog::LEVEL_INFO, line);
+}
+
 /// Map a forwarding end to the `%ts` cause.
 pub fn cause_of(end: &crate::handoff::End) -> Cause {
     use crate::handoff::{End, Origin};
