@@ -381,6 +381,16 @@ async fn insert_kernel(
     if let Err(e) = copy::write_all(flow, CLIENT_TO_SERVER, server, &pending).await {
         return Err(KernelFallback::Failed(e.into_end()));
     }
+    // The session read a PROXY header, exactly its bytes, from the client's
+    // first segment: the rest of that segment is still queued, in a segment
+    // read in part, which the verdict would be handed whole (the header
+    // again). Read the queue dry first, as a promotion does; a client that
+    // closed meanwhile is then refused by `insert` (half-closed) and spliced.
+    if flow.client_consumed() > 0 && flow.to_server() == 0 {
+        if let Err(e) = Box::pin(copy::read_dry(flow, CLIENT_TO_SERVER, client, server)).await {
+            return Err(KernelFallback::Failed(e.into_end()));
+        }
+    }
     let read_before = [flow.to_server() + flow.client_consumed(), flow.to_client()];
     let ins = match sockmap::insert(client, server, read_before) {
         Ok(i) => i,
