@@ -4,7 +4,8 @@
 //! spares that carry each client's own header; the header on health checks;
 //! `accept-proxy` and `expect-proxy` changing what the ACLs and the logs see,
 //! in HAProxy's rule order; a malformed header closing only its connection;
-//! a shunt → shunt chain and shunt → HAProxy `accept-proxy`; and sample
+//! a shunt → shunt chain, shunt → HAProxy `accept-proxy` and shunt → nginx
+//! `listen ... proxy_protocol`; and sample
 //! configurations judged alike by `shunt -c` and `haproxy -c`.
 //!
 //! The expected headers are built here from the protocol's text, not with
@@ -344,11 +345,19 @@ fn accepted_headers_change_what_acls_and_logs_see() {
     assert_eq!(tag_after(frontend(port), v1_hdr), Some(2));
     assert_eq!(tag_after(frontend(port), &v2_hdr), Some(1));
     assert_eq!(tag_after(frontend(plain), v1_hdr), Some(2));
+    // `show sess` lists the header's client while the flow is open.
+    let mut held = connect_from([127, 0, 0, 1], frontend(port));
+    held.write_all(b"PROXY TCP4 10.9.3.3 192.0.2.7 4242 80\r\n")
+        .expect("send");
+    held.read_exact(&mut [0u8; 1]).expect("tag");
+    let sess = cli(&shunt.sock(), "show sess");
+    assert!(sess.contains(" src=10.9.3.3:4242 fe=fe be=b "), "{sess}");
+    drop(held);
     // LOCAL keeps the real addresses.
     let local = [SIG, &[0x20, 0x00, 0x00, 0x00]].concat();
     assert_eq!(tag_after(frontend(port), &local), Some(1));
-    eventually("four log lines", WAIT, || {
-        shunt.stderr().matches("LOG ").count() >= 4
+    eventually("five log lines", WAIT, || {
+        shunt.stderr().matches("LOG ").count() >= 5
     });
     let log = shunt.stderr();
     for line in [
@@ -436,6 +445,35 @@ fn a_bad_header_closes_only_its_own_connection() {
 }
 
 #[test]
+fn a_silent_client_is_closed_at_timeout_client() {
+    let server = Server::echo();
+    let port = free_port();
+    let cfg = config(
+        port,
+        " accept-proxy",
+        "    log stderr format raw local0\n    timeout client 400ms\n",
+        "",
+        &format!("    server s1 {}\n", server.addr),
+    );
+    let shunt = Shunt::start(&cfg, &[]);
+    let mut c = connect_from([127, 0, 0, 1], frontend(port));
+    let t0 = Instant::now();
+    let n = c.read(&mut [0u8; 1]);
+    let waited = t0.elapsed();
+    assert!(matches!(n, Ok(0) | Err(_)), "closed, nothing sent: {n:?}");
+    assert!(
+        waited >= Duration::from_millis(350) && waited < Duration::from_secs(5),
+        "closed after timeout client (400 ms), not {waited:?}"
+    );
+    eventually("the log line", WAIT, || {
+        shunt
+            .stderr()
+            .contains("fe/1: Timeout while waiting for PROXY protocol header")
+    });
+    assert_eq!(stat(&shunt.sock(), "fe", "FRONTEND", "stot"), 0);
+}
+
+#[test]
 fn payload_in_the_headers_segment_arrives_byte_exact_in_every_mode() {
     let payload = pattern(PAYLOAD, 16);
     for mode in forwarding_modes() {
@@ -508,33 +546,112 @@ fn a_shunt_chain_passes_the_first_client_on() {
     );
 }
 
-/// Whether HAProxy is installed; loud when not, and a failure under
-/// `SHUNT_REQUIRE_BPF=1` (CI installs it).
-fn haproxy_installed() -> bool {
-    let there = Command::new("haproxy").arg("-v").output().is_ok();
+/// Whether `tool` (a path) is installed; loud when not, and a failure under
+/// `SHUNT_REQUIRE_BPF=1` (CI: `cargo xtask setup` installs `package`).
+fn installed(tool: &str, package: &str) -> bool {
+    let there = Path::new(tool).exists();
     if !there {
         assert!(
             std::env::var("SHUNT_REQUIRE_BPF").as_deref() != Ok("1"),
-            "haproxy is required under SHUNT_REQUIRE_BPF=1 (apt-get install haproxy)"
+            "{tool} is required under SHUNT_REQUIRE_BPF=1 (apt-get install {package})"
         );
-        eprintln!("!!!!! SKIPPED: no haproxy binary (apt-get install haproxy)");
+        eprintln!("!!!!! SKIPPED: no {tool} (apt-get install {package})");
     }
     there
 }
 
-/// A running HAProxy, killed on drop.
-struct Haproxy(std::process::Child, TempDir);
+fn haproxy_installed() -> bool {
+    installed("/usr/sbin/haproxy", "haproxy")
+}
 
-impl Drop for Haproxy {
+/// Debian's nginx stream module, loaded by the test's own configuration.
+const NGINX_STREAM: &str = "/usr/lib/nginx/modules/ngx_stream_module.so";
+
+/// A peer process (HAProxy, nginx) writing into its scratch directory's
+/// `out`, killed on drop.
+struct Peer(std::process::Child, TempDir);
+
+impl Drop for Peer {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
 }
 
-impl Haproxy {
+impl Peer {
+    /// Run `cmd` with `cfg` written to `NAME` in a fresh scratch directory;
+    /// `@DIR@` in `cfg` and in `args` is that directory.
+    fn start(cmd: &str, name: &str, cfg: &str, args: &[&str]) -> Peer {
+        let dir = TempDir::new(cmd.rsplit('/').next().unwrap_or("peer"));
+        let d = dir.path().display().to_string();
+        std::fs::write(dir.path().join(name), cfg.replace("@DIR@", &d)).expect("write config");
+        let out = std::fs::File::create(dir.path().join("out")).expect("out");
+        let child = Command::new(cmd)
+            .args(args.iter().map(|a| a.replace("@DIR@", &d)))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("dup"))
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {cmd}: {e}"));
+        Peer(child, dir)
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.1.path().join("out")).unwrap_or_default()
+    }
+
+    /// Wait until it accepts on `addr`.
+    fn ready(&self, addr: SocketAddr) {
+        let t0 = Instant::now();
+        while TcpStream::connect(addr).is_err() {
+            assert!(
+                t0.elapsed() < WAIT,
+                "the peer did not start: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn nginx_proxy_protocol_sees_shunts_client() {
+    if !installed("/usr/sbin/nginx", "nginx") || !installed(NGINX_STREAM, "libnginx-mod-stream") {
+        return;
+    }
+    for opt in ["send-proxy", "send-proxy-v2"] {
+        let (near, ngx) = (free_port(), free_port());
+        // nginx answers each connection with the addresses its PROXY header gave.
+        let n = Peer::start(
+            "/usr/sbin/nginx",
+            "n.conf",
+            &format!(
+                "load_module {NGINX_STREAM};\ndaemon off;\nmaster_process off;\n\
+                 error_log @DIR@/out;\npid @DIR@/n.pid;\nevents {{}}\n\
+                 stream {{ server {{ listen 127.0.0.1:{ngx} proxy_protocol;\n\
+                 return \"$proxy_protocol_addr:$proxy_protocol_port $proxy_protocol_server_addr:$proxy_protocol_server_port\\n\"; }} }}\n"
+            ),
+            &["-p", "@DIR@", "-c", "@DIR@/n.conf"],
+        );
+        n.ready(frontend(ngx));
+        let cfg = config(
+            near,
+            "",
+            "",
+            "",
+            &format!("    server ngx 127.0.0.1:{ngx} {opt}\n"),
+        );
+        let _shunt = Shunt::start(&cfg, &[]);
+        let mut c = connect_from([127, 0, 0, 2], frontend(near));
+        let me = c.local_addr().expect("addr");
+        let mut seen = String::new();
+        c.read_to_string(&mut seen).expect("nginx's answer");
+        assert_eq!(
+            seen,
+            format!("{}:{} 127.0.0.1:{near}\n", me.ip(), me.port()),
+            "{opt}: nginx saw the client and shunt's frontend ({})",
+            n.log()
+        );
     }
 }
 
@@ -546,30 +663,18 @@ fn haproxy_accept_proxy_sees_shunts_client() {
     for opt in ["send-proxy", "send-proxy-v2"] {
         let server = Server::echo();
         let (near, hap) = (free_port(), free_port());
-        let dir = TempDir::new("haproxy");
-        let cfg = dir.path().join("h.cfg");
-        std::fs::write(
-            &cfg,
-            format!(
+        let h = Peer::start(
+            "/usr/sbin/haproxy",
+            "h.cfg",
+            &format!(
                 "defaults\n  mode tcp\n  timeout connect 2s\n  timeout client 30s\n  timeout server 30s\n\
                  frontend fe\n  bind 127.0.0.1:{hap} accept-proxy\n  log stdout format raw local0\n\
                  \x20 log-format \"SEEN %ci:%cp %fi:%fp\"\n  default_backend be\n\
                  backend be\n  server s {}\n",
                 server.addr
             ),
-        )
-        .expect("write haproxy config");
-        let out = std::fs::File::create(dir.path().join("out")).expect("out");
-        let child = Command::new("haproxy")
-            .arg("-db")
-            .arg("-f")
-            .arg(&cfg)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("dup"))
-            .stderr(out)
-            .spawn()
-            .expect("start haproxy");
-        let h = Haproxy(child, dir);
+            &["-db", "-f", "@DIR@/h.cfg"],
+        );
         let cfg = config(
             near,
             "",
@@ -578,12 +683,7 @@ fn haproxy_accept_proxy_sees_shunts_client() {
             &format!("    server hap 127.0.0.1:{hap} {opt}\n"),
         );
         let _shunt = Shunt::start(&cfg, &[]);
-        // HAProxy may still be binding.
-        let t0 = Instant::now();
-        while TcpStream::connect(frontend(hap)).is_err() {
-            assert!(t0.elapsed() < WAIT, "haproxy did not start: {}", h.log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        h.ready(frontend(hap));
         let mut c = connect_from([127, 0, 0, 2], frontend(near));
         let me = c.local_addr().expect("addr");
         c.write_all(b"hello").expect("send");
