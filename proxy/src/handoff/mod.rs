@@ -127,6 +127,9 @@ pub trait Meter {
     /// and that the stream does not carry (a PROXY header the client sent):
     /// TCP received them, so the kernel path's totals (`read_before`) count
     /// them as read by userspace; the byte counters never see them.
+    /// Not handed to a reload's successor (the `_getflows` record carries the
+    /// flow's byte counts only): there, an adopted flow's EOF totals check of
+    /// the client side is short by the header and warns.
     fn client_consumed(&self) -> u64 {
         0
     }
