@@ -380,6 +380,44 @@ fn accepted_headers_change_what_acls_and_logs_see() {
 }
 
 #[test]
+fn maps_and_balance_source_use_the_headers_client() {
+    let (a, b) = (Server::tagged_echo(1), Server::tagged_echo(2));
+    let (c1, c2) = (Server::tagged_echo(3), Server::tagged_echo(4));
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket @DIR@/admin.sock level admin\n\n\
+         defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n\n\
+         frontend fe\n    bind 127.0.0.1:{port} accept-proxy\n\
+         \x20   use_backend %[src,map_ip(testdata/proxy-protocol/src.map)]\n    default_backend c\n\n\
+         backend a\n    server s {}\n\nbackend b\n    server s {}\n\n\
+         backend c\n    balance source\n    server s1 {}\n    server s2 {}\n",
+        a.addr, b.addr, c1.addr, c2.addr
+    );
+    let _shunt = Shunt::start(&cfg, &[]);
+    let hdr = |src: &str| format!("PROXY TCP4 {src} 192.0.2.1 1000 80\r\n").into_bytes();
+    assert_eq!(
+        tag_after(frontend(port), &hdr("10.9.4.4")),
+        Some(2),
+        "map_ip on the header's src"
+    );
+    // balance source: one header address, one server, whatever the real
+    // client port; different header addresses spread over both servers (the
+    // real address is the same for all of them).
+    let first = tag_after(frontend(port), &hdr("10.1.0.1"));
+    for _ in 0..5 {
+        assert_eq!(tag_after(frontend(port), &hdr("10.1.0.1")), first);
+    }
+    let tags: std::collections::BTreeSet<Option<u8>> = (1..=16)
+        .map(|i| tag_after(frontend(port), &hdr(&format!("10.2.{i}.{i}"))))
+        .collect();
+    assert_eq!(
+        tags,
+        [Some(3), Some(4)].into_iter().collect(),
+        "balance source hashes the header's address"
+    );
+}
+
+#[test]
 fn a_bad_header_closes_only_its_own_connection() {
     let server = Server::echo();
     let port = free_port();

@@ -489,7 +489,7 @@ pub async fn run(
     }
     // The traffic log line, emitted when this drops: declared before the
     // gauges so that it drops last (HAProxy's end-of-flow counts).
-    let mut log = FlowGuard::new(&state, fe_idx, peer, dst);
+    let mut log = FlowGuard::accepted_at(&state, fe_idx, peer, dst, accepted);
     fe_ctr.event(Event::Session);
     let _fe_open = Open::new(fe_ctr);
 

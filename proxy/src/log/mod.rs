@@ -208,6 +208,18 @@ impl FlowGuard {
         peer: SocketAddr,
         local: Option<SocketAddr>,
     ) -> Self {
+        Self::accepted_at(state, fe, peer, local, SystemTime::now())
+    }
+
+    /// [`FlowGuard::new`] for a flow accepted at `accept` (`%t`), earlier than
+    /// now when the session read a PROXY header first.
+    pub fn accepted_at(
+        state: &Arc<impl Process + 'static>,
+        fe: usize,
+        peer: SocketAddr,
+        local: Option<SocketAddr>,
+        accept: SystemTime,
+    ) -> Self {
         let Some(pl) = state.config().global.traffic_logs.get(fe) else {
             return Self { inner: None };
         };
@@ -215,6 +227,7 @@ impl FlowGuard {
             return Self { inner: None };
         }
         let mut rec = FlowLog::new(fe, peer, local);
+        rec.accept = accept;
         rec.cause = Cause::Killed;
         let now = Instant::now();
         let inner = Inner {
