@@ -551,6 +551,23 @@ fn payload_in_the_headers_segment_arrives_byte_exact_in_every_mode() {
             PAYLOAD as u64,
             "{mode}: the header is not counted as client bytes"
         );
+        // A header and the FIN at once: nothing to forward, a clean close.
+        let mut c = connect_from([127, 0, 0, 1], frontend(port));
+        c.write_all(b"PROXY TCP4 10.1.1.1 10.2.2.2 1 2\r\n")
+            .expect("send");
+        c.shutdown(Shutdown::Write).expect("shutdown");
+        assert!(read_to_end(&mut c).expect("eof").is_empty(), "{mode}");
+        eventually("two sessions", WAIT, || {
+            stat(&shunt.sock(), "be", "BACKEND", "stot") == 2
+                && info_u64(&shunt.sock(), "CurrConns") == 0
+        });
+        for col in ["eresp", "cli_abrt", "srv_abrt"] {
+            assert_eq!(
+                stat(&shunt.sock(), "be", "BACKEND", col),
+                0,
+                "{mode}: {col}"
+            );
+        }
         no_kernel_disagreement(&shunt);
     }
 }

@@ -387,9 +387,12 @@ async fn insert_kernel(
     // The session read a PROXY header, exactly its bytes, from the client's
     // first segment: the rest of that segment is still queued, in a segment
     // read in part, which the verdict would be handed whole (the header
-    // again). Read the queue dry first, as a promotion does; a client that
-    // closed meanwhile is then refused by `insert` (half-closed) and spliced.
-    if flow.client_consumed() > 0 && flow.to_server() == 0 {
+    // again). Read the queue dry first, as a promotion does. Only when bytes
+    // are queued: with none there is no such segment, and a FIN already
+    // there is left for the path every early FIN takes (`insert` refuses a
+    // half-closed client, which is then spliced and propagates it once).
+    let queued = || sock::inq(client.as_fd()).map_or(true, |n| n > 0);
+    if flow.client_consumed() > 0 && flow.to_server() == 0 && queued() {
         if let Err(e) = Box::pin(copy::read_dry(flow, CLIENT_TO_SERVER, client, server)).await {
             return Err(KernelFallback::Failed(e.into_end()));
         }
