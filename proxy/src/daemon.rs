@@ -375,7 +375,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         let mut dups: Vec<std::os::fd::OwnedFd> = listeners
             .iter()
             .flatten()
-            .map(|(_, l)| l)
+            .map(|(_, _, l)| l)
             .chain(prometheus.iter())
             .filter_map(|l| std::os::fd::AsFd::as_fd(l).try_clone_to_owned().ok())
             .collect();
@@ -657,14 +657,14 @@ async fn worker_main(
         &state,
         scheduler::thread_id(),
     ));
-    for (fi, l) in listeners {
+    for (fi, bi, l) in listeners {
         match TcpListener::from_std(l) {
             Ok(l) => {
                 let st = state.clone();
                 tasks.push(scheduler::spawn(
                     Class::Normal,
                     "accept",
-                    accept_loop(st, fi, l),
+                    accept_loop(st, fi, bi, l),
                 ));
             }
             Err(e) => {
@@ -716,7 +716,8 @@ impl Drop for AcceptingGuard {
     }
 }
 
-async fn accept_loop(state: Arc<Runtime>, fe_idx: usize, listener: TcpListener) {
+/// Accept the clients of bind address `bind` of frontend `fe_idx`.
+async fn accept_loop(state: Arc<Runtime>, fe_idx: usize, bind: usize, listener: TcpListener) {
     let _accepting = AcceptingGuard(state.clone());
     let mut phase = state.lifecycle.subscribe();
     let mut hold = state.admission.hold_watch();
@@ -771,7 +772,7 @@ async fn accept_loop(state: Arc<Runtime>, fe_idx: usize, listener: TcpListener) 
                 let task = scheduler::spawn(Class::Normal, scheduler::FLOW_TASK, async move {
                     let _guard = guard;
                     let _reg = reg;
-                    crate::session::run(st, fe_idx, sock, peer, id).await;
+                    crate::session::run(st, fe_idx, bind, sock, peer, id).await;
                 });
                 crate::stats::flows::set_task(id, task);
             }

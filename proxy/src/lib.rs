@@ -11,6 +11,7 @@
 //! - `notify`: systemd's readiness protocol;
 //! - `session`: one flow, top to bottom;
 //! - `sni`: the server name of a peeked TLS ClientHello;
+//! - `proxy_proto`: the PROXY protocol header, v1 and v2 (encode, parse);
 //! - `scheduler`: per-thread executor with task classes;
 //! - `lb`: server selection, server runtime state, queues;
 //! - `checks`: health and agent checks, the server-state file;
@@ -37,6 +38,7 @@ pub mod maps;
 pub mod metrics;
 pub mod notify;
 pub mod pool;
+pub mod proxy_proto;
 pub mod reload;
 pub mod runtime;
 pub mod scheduler;

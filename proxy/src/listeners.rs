@@ -169,8 +169,9 @@ fn configured_path(bound: &Path) -> PathBuf {
     }
 }
 
-/// Listeners for one thread: `(frontend index, socket)`.
-pub type ThreadListeners = Vec<(usize, StdListener)>;
+/// Listeners for one thread: `(frontend index, bind index, socket)`; the bind
+/// index is the address's place in the frontend's `binds`.
+pub type ThreadListeners = Vec<(usize, usize, StdListener)>;
 
 /// One socket per thread per frontend bind address (`SO_REUSEPORT`), taking
 /// the inherited sockets of the addresses they match first.
@@ -181,7 +182,7 @@ pub fn bind_frontends(
 ) -> Result<Vec<ThreadListeners>, ListenError> {
     let mut per_thread: Vec<ThreadListeners> = (0..nbthread).map(|_| Vec::new()).collect();
     for (fi, fe) in config.frontends.iter().enumerate() {
-        for &addr in &fe.binds {
+        for (bi, &addr) in fe.binds.iter().enumerate() {
             let mut taken = inherited.take_tcp(addr);
             let adopted = taken.len();
             // The first bind may pick a port (port 0); siblings join the same one.
@@ -195,12 +196,12 @@ pub fn bind_frontends(
                 if let Ok(a) = l.local_addr() {
                     actual = a;
                 }
-                list.push((fi, l));
+                list.push((fi, bi, l));
             }
             // More inherited sockets than threads: each keeps an accept queue
             // that clients were hashed to, so each is served by some thread.
             for (i, l) in taken.into_iter().enumerate() {
-                per_thread[i % nbthread].push((fi, l));
+                per_thread[i % nbthread].push((fi, bi, l));
             }
             tracing::info!(frontend = %fe.name, addr = %actual, inherited = adopted, "listening");
         }

@@ -1,5 +1,12 @@
-//! One flow, top to bottom: accept → route → pick a server (queue) → connect
-//! (retries, redispatch) → hand off → account → close.
+//! One flow, top to bottom: accept → `tcp-request connection` rules → the
+//! PROXY header (`accept-proxy`, `expect-proxy`) → route → pick a server
+//! (queue) → connect (retries, redispatch; `send-proxy` writes the header) →
+//! hand off → account → close.
+//!
+//! The client's address is `peer` and the address it reached `dst`, both
+//! taken once, after the PROXY header if one is read; from then on every
+//! reader (conditions, maps, `balance source`, the log, `show sess`, the
+//! header sent to a server) gets them from here, never from the socket.
 //!
 //! Owns nothing beyond the flow's lifetime: the client socket, the server slot
 //! and connection, and the gauges it opened (`scur` on frontend, backend and
@@ -7,17 +14,22 @@
 //! being dropped at hard stop, leaves counters and queues consistent.
 
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::config::{AclCtx, Backend, ForwardMode, Frontend, TcpConnAction, UseBackend};
+use crate::config::{
+    AclCtx, Backend, ForwardMode, Frontend, ProxyVersion, TcpConnAction, UseBackend,
+};
 use crate::handoff::{self, End, Meter, Mode, Plan, Promote};
 use crate::lb::spares::ConnectError;
 use crate::lb::AcquireError;
 use crate::log::format::{Cause, Phase as LogPhase};
 use crate::log::FlowGuard;
+use crate::proxy_proto::{self, Encoded, ParseError};
 use crate::runtime::Runtime;
 use crate::stats::{flows, Counters, Event};
 
@@ -49,6 +61,8 @@ struct FlowMeter<'a> {
     /// The flow's registry entry (`show sess`) and the process's mode counters.
     flow: u64,
     modes: &'a crate::stats::ModeCounters,
+    /// The PROXY header's length, when the client sent one.
+    consumed: u64,
 }
 
 impl Meter for FlowMeter<'_> {
@@ -68,6 +82,9 @@ impl Meter for FlowMeter<'_> {
     fn promoted(&self) {
         self.modes.promote();
         flows::promoted(self.flow);
+    }
+    fn client_consumed(&self) -> u64 {
+        self.consumed
     }
 }
 
@@ -89,9 +106,9 @@ async fn route(
     state: &Runtime,
     fe: &Frontend,
     peer: SocketAddr,
+    dst: Option<SocketAddr>,
     client: &TcpStream,
 ) -> Option<usize> {
-    let dst = client.local_addr().ok();
     // Outer `None`: not peeked yet.
     let mut sni: Option<Option<String>> = None;
     for (rule, cond) in fe.use_backends.iter().zip(&fe.use_backend_conds) {
@@ -133,21 +150,118 @@ async fn route(
 }
 
 /// The verdict of the frontend's `tcp-request connection` rules on a new
-/// connection: the first rule whose condition holds decides (`accept` stops
-/// the rules, `reject` refuses); none → accepted. Nothing has been read yet,
-/// so a `req.ssl_sni` term sees no name (the parser warned).
-fn connection_accepted(fe: &Frontend, peer: SocketAddr, dst: Option<SocketAddr>) -> bool {
+/// connection: `None` when refused, else whether an `expect-proxy` rule
+/// asked for a PROXY header. As HAProxy's `tcp_exec_l4_rules`, the first
+/// `accept` or `reject` whose condition holds ends the rules; `expect-proxy`
+/// marks the connection and the rules go on. All of them run before the
+/// header is read, so they see the real addresses. Nothing has been read
+/// yet, so a `req.ssl_sni` term sees no name (the parser warned).
+fn connection_rules(fe: &Frontend, peer: SocketAddr, dst: Option<SocketAddr>) -> Option<bool> {
     let ctx = AclCtx {
         src: peer,
         dst,
         sni: None,
     };
+    let mut expect_proxy = false;
     for rule in &fe.tcp_connection {
         if rule.cond.as_ref().is_none_or(|c| c.eval(&ctx)) {
-            return rule.action == TcpConnAction::Accept;
+            match rule.action {
+                TcpConnAction::Accept => break,
+                TcpConnAction::Reject => return None,
+                TcpConnAction::ExpectProxy => expect_proxy = true,
+            }
         }
     }
-    true
+    Some(expect_proxy)
+}
+
+/// Bytes peeked for a PROXY header. HAProxy reads the header from one buffer
+/// (`tune.bufsize`, 16 KiB by default), so a v2 header with more TLVs than
+/// that is truncated there as here. On the stack of a synchronous call, never
+/// in the flow's future.
+const PROXY_PEEK_MAX: usize = 16 * 1024;
+
+/// Bound on the wait for a PROXY header when the frontend has no `timeout
+/// client` (HAProxy would wait for ever): long enough for any real sender,
+/// which writes the header at once, short enough that silent connections do
+/// not pile up.
+const PROXY_WAIT_DEFAULT: Duration = Duration::from_secs(30);
+
+/// Why no PROXY header was read; `Display` is HAProxy's log message.
+#[derive(Debug, thiserror::Error)]
+enum HeaderError {
+    #[error("Connection closed while waiting for PROXY protocol header")]
+    Empty,
+    #[error("Connection error while waiting for PROXY protocol header")]
+    Abort(#[source] std::io::Error),
+    #[error("Timeout while waiting for PROXY protocol header")]
+    Timeout,
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+}
+
+impl HeaderError {
+    /// The client sent nothing usable: not logged with `option dontlognull`
+    /// (HAProxy's `CO_ER_PRX_EMPTY` and `CO_ER_PRX_ABORT`).
+    fn null(&self) -> bool {
+        matches!(self, HeaderError::Empty | HeaderError::Abort(_))
+    }
+}
+
+/// Read the PROXY header the client starts with, within `limit` (the
+/// frontend's `timeout client`, as HAProxy). Exactly the header's bytes are
+/// consumed: they are peeked, judged, then read, so what follows stays queued
+/// for the forwarding. As HAProxy, the whole header must be in the first
+/// bytes that arrive (the protocol has the sender write it at once); a
+/// prefix is `Truncated`, never waited on.
+async fn read_proxy_header(
+    client: &TcpStream,
+    limit: Option<Duration>,
+) -> Result<proxy_proto::Header, HeaderError> {
+    let deadline = tokio::time::Instant::now() + limit.unwrap_or(PROXY_WAIT_DEFAULT);
+    loop {
+        match tokio::time::timeout_at(deadline, client.readable()).await {
+            Err(_) => return Err(HeaderError::Timeout),
+            Ok(Err(e)) => return Err(HeaderError::Abort(e)),
+            Ok(Ok(())) => {}
+        }
+        match client.try_io(tokio::io::Interest::READABLE, || take_header(client)) {
+            Ok(r) => return r,
+            // Readiness was stale: wait again.
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(HeaderError::Abort(e)),
+        }
+    }
+}
+
+/// One peek and, if it holds a whole header, the read of exactly that header.
+/// The outer error is only the peek's `WouldBlock`, returned to `try_io` so
+/// that tokio clears the socket's readiness.
+fn take_header(client: &TcpStream) -> std::io::Result<Result<proxy_proto::Header, HeaderError>> {
+    use crate::sys::sock::recv_nowait;
+    let mut buf = [0u8; PROXY_PEEK_MAX];
+    let n = match recv_nowait(client.as_fd(), &mut buf, true) {
+        Ok(0) => return Ok(Err(HeaderError::Empty)),
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Err(e),
+        Err(e) => return Ok(Err(HeaderError::Abort(e))),
+    };
+    let h = match proxy_proto::parse(&buf[..n]) {
+        Ok(h) => h,
+        Err(e) => return Ok(Err(e.into())),
+    };
+    // The bytes just peeked are queued; reading exactly `h.len` of them
+    // consumes the header and nothing after it.
+    Ok(
+        match recv_nowait(client.as_fd(), &mut buf[..h.len], false) {
+            Ok(got) if got == h.len => Ok(h),
+            Ok(got) => Err(HeaderError::Abort(std::io::Error::other(format!(
+                "read {got} of the {} header bytes peeked",
+                h.len
+            )))),
+            Err(e) => Err(HeaderError::Abort(e)),
+        },
+    )
 }
 
 /// Peek buffer for the ClientHello: one full TLS record with its header.
@@ -224,9 +338,17 @@ fn choose_plan(state: &Runtime, fe: &Frontend, be: &Backend) -> Plan {
 /// unread, so the forwarding delivers it to the client), else a fresh connect.
 /// A dead spare is never an error: the pool discards it and takes another or
 /// falls through to the connect.
+///
+/// `header` (`send-proxy`, `send-proxy-v2`) is written on the connection
+/// before it is returned, spare or fresh alike: a spare has sent nothing
+/// since it connected, so the header is still its first byte, and it carries
+/// this flow's client (the rule for pools and `send-proxy`). A spare that
+/// cannot take it is dropped for a fresh connect; a fresh one that cannot is
+/// a failed connect (`ConnectError::Server`), retried as one.
 async fn connect_server(
     rt: &crate::lb::ServerRt,
     timeout: Option<Duration>,
+    header: Option<&Encoded>,
 ) -> Result<TcpStream, ConnectError> {
     let addr = rt.addr();
     if rt.pool.enabled() {
@@ -236,7 +358,12 @@ async fn connect_server(
         crate::lb::spares::kick();
         if let Some(sock) = spare {
             match TcpStream::from_std(sock) {
-                Ok(s) => return Ok(s),
+                Ok(mut s) => match write_header(&mut s, header, timeout).await {
+                    Ok(()) => return Ok(s),
+                    Err(e) => {
+                        tracing::debug!(server = %rt.name, error = %e, "a spare refused the PROXY header")
+                    }
+                },
                 Err(e) => tracing::debug!(server = %rt.name, error = %e, "cannot register a spare"),
             }
         }
@@ -250,42 +377,123 @@ async fn connect_server(
         let gen = rt.addr_gen();
         let s = crate::lb::spares::connect(addr, timeout).await?;
         if rt.addr_gen() == gen {
-            return Ok(s);
+            return with_header(s, addr, header, timeout).await;
         }
         addr = rt.addr();
     }
-    crate::lb::spares::connect(addr, timeout).await
+    let s = crate::lb::spares::connect(addr, timeout).await?;
+    with_header(s, addr, header, timeout).await
+}
+
+/// `s`, a fresh connection to `addr`, once `header` is written on it.
+async fn with_header(
+    mut s: TcpStream,
+    addr: SocketAddr,
+    header: Option<&Encoded>,
+    timeout: Option<Duration>,
+) -> Result<TcpStream, ConnectError> {
+    match write_header(&mut s, header, timeout).await {
+        Ok(()) => Ok(s),
+        Err(source) => Err(ConnectError::Server { addr, source }),
+    }
+}
+
+/// Write the PROXY header, the connection's first bytes, within `timeout`
+/// (the connect timeout: HAProxy counts the header as part of connecting).
+/// A connection that sent nothing yet has room for it, so this does not wait
+/// in practice.
+async fn write_header(
+    s: &mut TcpStream,
+    header: Option<&Encoded>,
+    timeout: Option<Duration>,
+) -> std::io::Result<()> {
+    let Some(h) = header else {
+        return Ok(());
+    };
+    let write = s.write_all(h.as_bytes());
+    match timeout {
+        Some(t) => tokio::time::timeout(t, write).await.map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::TimedOut, "writing the PROXY header")
+        })?,
+        None => write.await,
+    }
+}
+
+/// The header a `send-proxy(-v2)` server gets for a flow from `peer` that
+/// reached `dst` (after any PROXY header the client sent: a chain passes the
+/// first client on). On the stack; `None` without the option. An unknown
+/// `dst` (the socket lost its address) sends v1 `UNKNOWN` / v2 `LOCAL`.
+fn proxy_header(
+    v: Option<ProxyVersion>,
+    peer: SocketAddr,
+    dst: Option<SocketAddr>,
+) -> Option<Encoded> {
+    let v = match v? {
+        ProxyVersion::V1 => proxy_proto::Version::V1,
+        ProxyVersion::V2 => proxy_proto::Version::V2,
+    };
+    Some(match dst {
+        Some(d) => proxy_proto::encode(v, peer, d),
+        None => proxy_proto::encode_unknown(v),
+    })
 }
 
 /// Fresh connects restarted because the server's address changed under them.
 const MAX_ADDR_CHANGE_RETRIES: usize = 3;
 
-/// Run one client flow accepted on frontend `fe_idx`; `flow` is its id in this
-/// worker's registry (`stats::flows`), kept up to date as the flow progresses.
+/// Run one client flow accepted on bind address `bind` of frontend `fe_idx`;
+/// `flow` is its id in this worker's registry (`stats::flows`), kept up to
+/// date as the flow progresses.
 pub async fn run(
     state: Arc<Runtime>,
     fe_idx: usize,
+    bind: usize,
     client: TcpStream,
     peer: SocketAddr,
     flow: u64,
 ) {
     let fe = &state.config.frontends[fe_idx];
     let fe_ctr = &state.stats.frontends[fe_idx];
-    // The traffic log line, emitted when this drops: declared first so that it
-    // drops last, after the gauges below (HAProxy's end-of-flow counts).
-    let mut log = FlowGuard::new(&state, fe_idx, peer, client.local_addr().ok());
-    if !connection_accepted(fe, peer, client.local_addr().ok()) {
+    let accepted = SystemTime::now();
+    let mut dst = client.local_addr().ok();
+    let Some(expect_proxy) = connection_rules(fe, peer, dst) else {
         // As HAProxy: counted in the frontend's denied connections, never a
         // session, never logged; dropping the socket closes it.
         tracing::debug!(frontend = %fe.name, %peer, "rejected by tcp-request connection");
         fe_ctr.event(Event::Denied);
-        log.discard();
         return;
+    };
+    let mut peer = peer;
+    let mut consumed = 0;
+    let opts = fe.bind_opts.get(bind);
+    if expect_proxy || opts.is_some_and(|o| o.accept_proxy) {
+        match read_proxy_header(&client, fe.timeouts.client).await {
+            Ok(h) => {
+                consumed = h.len as u64;
+                if let Some((src, to)) = h.addrs {
+                    peer = src;
+                    dst = Some(to);
+                    flows::update(flow, |f| f.client = src);
+                }
+            }
+            Err(e) => {
+                // As HAProxy's `session_kill_embryonic`: one log line with
+                // the real address, no session counted, closed with a reset.
+                let label = opts.map(|o| o.label()).unwrap_or_default();
+                tracing::debug!(frontend = %fe.name, %peer, error = %e, "no PROXY header");
+                crate::log::connection_error(&state, fe_idx, peer, accepted, &label, &e, e.null());
+                let _ = crate::sys::sock::set_linger_reset(client.as_fd());
+                return;
+            }
+        }
     }
+    // The traffic log line, emitted when this drops: declared before the
+    // gauges so that it drops last (HAProxy's end-of-flow counts).
+    let mut log = FlowGuard::accepted_at(&state, fe_idx, peer, dst, accepted);
     fe_ctr.event(Event::Session);
     let _fe_open = Open::new(fe_ctr);
 
-    let Some(be_idx) = route(&state, fe, peer, &client).await else {
+    let Some(be_idx) = route(&state, fe, peer, dst, &client).await else {
         tracing::debug!(frontend = %fe.name, %peer, "no backend to route to; closing");
         fe_ctr.event(Event::Denied);
         log.end_at(Cause::Proxy, LogPhase::Request);
@@ -337,7 +545,11 @@ pub async fn run(
         let srv_idx = s.index();
         let srv_ctr = &state.stats.servers[be_idx][srv_idx];
         log.assigned(srv_idx);
-        let connected = connect_server(s.server(), be.timeouts.connect).await;
+        let header = be
+            .servers
+            .get(srv_idx)
+            .and_then(|c| proxy_header(c.send_proxy.version(), peer, dst));
+        let connected = connect_server(s.server(), be.timeouts.connect, header.as_ref()).await;
         crate::checks::observe::report(&state, be_idx, srv_idx, connected.is_ok());
         match connected {
             Ok(conn) => {
@@ -402,6 +614,7 @@ pub async fn run(
         },
         flow,
         modes: &state.stats.modes,
+        consumed,
     };
     let plan = choose_plan(&state, fe, be);
     let server_addr = server.peer_addr().ok();

@@ -19,7 +19,8 @@ use crate::proc;
 /// util-linux (`setpriv` for the unprivileged test, `script` for hatop's terminal),
 /// hatop, prometheus-haproxy-exporter and python3-pip (the real stats-socket clients of
 /// the `cli_clients` test; pip installs haproxyadmin), strace (the CLI write-count test);
-/// for `cargo xtask bench`: nginx and libnginx-mod-stream (the nginx stream peer),
+/// nginx and libnginx-mod-stream (the nginx stream peer of `cargo xtask bench`, and the
+/// `proxy_protocol` test's `listen ... proxy_protocol` far end); for `cargo xtask bench`:
 /// redis-tools (redis-benchmark), sysstat (mpstat/pidstat to watch a run by hand) and
 /// fonts-dejavu-core (the font of the PNG charts); rsyslog (the real syslog server the
 /// `logs` test sends traffic logs to over UDP and TCP).

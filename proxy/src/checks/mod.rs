@@ -25,8 +25,10 @@
 //! layer4`: connection results of live traffic feed [`observe::report`], which acts
 //! on `error-limit` consecutive errors as `on-error` says.
 //!
-//! `check-send-proxy`: health-check connections (not the agent's) begin with a
-//! PROXY protocol v1 line naming the check connection's own addresses, as HAProxy.
+//! `check-send-proxy`, and `send-proxy(-v2)` on a server whose checks have no
+//! `port` or `addr` of their own: health-check connections (not the agent's)
+//! begin with a PROXY header, as HAProxy's: v1 names the check connection's own
+//! addresses, v2 is the `LOCAL` command (`config::Server::check_proxy_header`).
 
 pub mod agent;
 pub mod health;
@@ -104,8 +106,8 @@ pub struct Target {
     pub agent: Option<AgentTarget>,
     pub on_marked_down_shutdown: bool,
     pub on_marked_up_shutdown_backup: bool,
-    /// `check-send-proxy`: health-check connections start with a PROXY v1 line.
-    pub send_proxy: bool,
+    /// Health-check connections start with a PROXY header of this version.
+    pub send_proxy: Option<crate::proxy_proto::Version>,
 }
 
 /// The agent of one server (where it listens and what it is sent live in the
@@ -143,7 +145,10 @@ impl Target {
             }),
             on_marked_down_shutdown: c.on_marked_down_shutdown,
             on_marked_up_shutdown_backup: c.on_marked_up_shutdown_backup,
-            send_proxy: c.send_proxy,
+            send_proxy: srv.check_proxy_header().map(|v| match v {
+                crate::config::ProxyVersion::V1 => crate::proxy_proto::Version::V1,
+                crate::config::ProxyVersion::V2 => crate::proxy_proto::Version::V2,
+            }),
         }
     }
 

@@ -201,42 +201,26 @@ async fn connect(addr: SocketAddr, limit: Duration) -> Result<TcpStream, (Status
     }
 }
 
-/// A health-check connection: [`connect`], then the PROXY v1 line when the
-/// server has `check-send-proxy`.
+/// A health-check connection: [`connect`], then the PROXY header when the
+/// server's checks send one (`Target::send_proxy`).
 async fn check_connect(
     t: &Target,
     addr: SocketAddr,
     limit: Duration,
 ) -> Result<TcpStream, (Status, String)> {
     let mut s = connect(addr, limit).await?;
-    if t.send_proxy {
-        let line = match (s.local_addr(), s.peer_addr()) {
-            (Ok(l), Ok(p)) => proxy_v1_line(l, p),
-            _ => "PROXY UNKNOWN\r\n".to_string(),
+    if let Some(v) = t.send_proxy {
+        let header = match (s.local_addr(), s.peer_addr()) {
+            (Ok(l), Ok(p)) => crate::proxy_proto::encode_local(v, l, p),
+            _ => crate::proxy_proto::encode_unknown(v),
         };
-        match timeout_at(Instant::now() + limit, s.write_all(line.as_bytes())).await {
+        match timeout_at(Instant::now() + limit, s.write_all(header.as_bytes())).await {
             Err(_) => return Err((Status::L4Tout, String::new())),
             Ok(Err(e)) => return Err((Status::Sockerr, os_reason(&e))),
             Ok(Ok(())) => {}
         }
     }
     Ok(s)
-}
-
-/// The PROXY protocol v1 header of a connection from `src` to `dst`.
-pub fn proxy_v1_line(src: SocketAddr, dst: SocketAddr) -> String {
-    let family = match (src, dst) {
-        (SocketAddr::V4(_), SocketAddr::V4(_)) => "TCP4",
-        (SocketAddr::V6(_), SocketAddr::V6(_)) => "TCP6",
-        _ => return "PROXY UNKNOWN\r\n".to_string(),
-    };
-    format!(
-        "PROXY {family} {} {} {} {}\r\n",
-        src.ip(),
-        dst.ip(),
-        src.port(),
-        dst.port()
-    )
 }
 
 /// A plain `check`: the connection is the test.

@@ -42,6 +42,7 @@ fn server(name: &str, id: u32, port: u16, check: bool) -> Server {
         },
         line: Location::default(),
         pool: Default::default(),
+        send_proxy: Default::default(),
     }
 }
 
@@ -58,6 +59,7 @@ fn reference_config(fe_bind: SocketAddr, s_ports: [u16; 2]) -> Config {
             name: "fe".into(),
             id: 2,
             binds: vec![fe_bind],
+            bind_opts: vec![Default::default()],
             default_backend: Some(0),
             use_backends: vec![],
             use_backend_conds: vec![],

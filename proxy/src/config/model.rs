@@ -428,6 +428,51 @@ pub struct Server {
     pub line: Location,
     /// Warm spare connections (`pool-max-conn`, `pool-low-conn`, `pool-purge-delay`).
     pub pool: PoolParams,
+    /// `send-proxy` / `send-proxy-v2`: a PROXY header starts every connection.
+    pub send_proxy: SendProxy,
+}
+
+/// Which PROXY protocol version a header is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyVersion {
+    V1,
+    V2,
+}
+
+/// A server's `send-proxy` and `send-proxy-v2` (each cleared by its `no-`
+/// form): HAProxy keeps both flags and v2 wins when both are set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SendProxy {
+    pub v1: bool,
+    pub v2: bool,
+}
+
+impl SendProxy {
+    /// The version the server's connections start with, if any.
+    pub fn version(self) -> Option<ProxyVersion> {
+        if self.v2 {
+            Some(ProxyVersion::V2)
+        } else if self.v1 {
+            Some(ProxyVersion::V1)
+        } else {
+            None
+        }
+    }
+}
+
+impl Server {
+    /// Whether the health checks start with a PROXY header, and which: as
+    /// HAProxy, `check-send-proxy` asks for one, and a server with
+    /// `send-proxy(-v2)` has its checks send one too unless they go to their
+    /// own `port` or `addr`. The version is the server's (v1 without one).
+    pub fn check_proxy_header(&self) -> Option<ProxyVersion> {
+        let inherits = self.check.port.is_none() && self.check.addr.is_none();
+        match self.send_proxy.version() {
+            Some(v) if inherits || self.check.send_proxy => Some(v),
+            _ if self.check.send_proxy => Some(ProxyVersion::V1),
+            _ => None,
+        }
+    }
 }
 
 /// A server's warm-spare pool settings (`crate::pool`).
@@ -472,6 +517,8 @@ pub struct Frontend {
     pub name: String,
     pub id: u32,
     pub binds: Vec<SocketAddr>,
+    /// The options of each `binds` address, same index.
+    pub bind_opts: Vec<BindOpts>,
     /// Index into [`Config::backends`].
     pub default_backend: Option<usize>,
     /// `use_backend` rules, in order (HAProxy's switching rules).
@@ -506,6 +553,27 @@ pub struct Backend {
     pub line: Location,
 }
 
+/// The options of one listening address of a `bind` line.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BindOpts {
+    /// `accept-proxy`: every connection starts with a PROXY header (v1 or v2).
+    pub accept_proxy: bool,
+    /// `name NAME`; HAProxy's logs name an unnamed listener by its number.
+    pub name: Option<String>,
+    /// The listener's number in its frontend, from 1 (HAProxy's `luid`).
+    pub id: u32,
+}
+
+impl BindOpts {
+    /// How HAProxy's connection-error log lines name the listener.
+    pub fn label(&self) -> std::borrow::Cow<'_, str> {
+        match &self.name {
+            Some(n) => n.as_str().into(),
+            None => self.id.to_string().into(),
+        }
+    }
+}
+
 /// What a `tcp-request connection` rule does when its condition holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TcpConnAction {
@@ -513,6 +581,9 @@ pub enum TcpConnAction {
     Accept,
     /// Close the connection at once (counted in the frontend's `dcon`).
     Reject,
+    /// `expect-proxy layer4`: the connection starts with a PROXY header, read
+    /// once the rules are done; the rules go on.
+    ExpectProxy,
 }
 
 /// `tcp-request connection accept|reject [if|unless COND]`.

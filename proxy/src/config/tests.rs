@@ -453,7 +453,7 @@ fn hostnames_resolve() {
 fn bind_errors() {
     let cases: &[(&str, &str)] = &[
         ("bind", "'bind' expects [addr1]:port1[-end1]{,[addr]:port[-end]}... as arguments."),
-        ("bind :80 ssl", "'bind :80' in section 'frontend': unknown keyword 'ssl' (shunt supports no bind options yet)."),
+        ("bind :80 ssl", "'bind :80' in section 'frontend': unknown keyword 'ssl' (shunt supports only 'accept-proxy' and 'name')."),
         ("bind 1.2.3.4", "'bind' : missing port specification in '1.2.3.4'"),
         ("bind 1.2.3.4:", "'bind' : missing port specification in '1.2.3.4:'"),
         ("bind :abc", "'bind' : invalid port 'abc'"),
@@ -554,7 +554,7 @@ fn default_server_applies_to_following_servers() {
 
 #[test]
 fn server_errors() {
-    let kws = "addr, agent-addr, agent-check, agent-inter, agent-port, agent-send, backup, check, check-send-proxy, disabled, downinter, enabled, error-limit, fall, fastinter, id, inter, maxconn, maxqueue, no-agent-check, no-backup, no-check, no-check-send-proxy, observe, on-error, on-marked-down, on-marked-up, port, rise, slowstart, weight, pool-max-conn, pool-low-conn, pool-purge-delay";
+    let kws = "addr, agent-addr, agent-check, agent-inter, agent-port, agent-send, backup, check, check-send-proxy, disabled, downinter, enabled, error-limit, fall, fastinter, id, inter, maxconn, maxqueue, no-agent-check, no-backup, no-check, no-check-send-proxy, no-send-proxy, no-send-proxy-v2, observe, on-error, on-marked-down, on-marked-up, port, rise, send-proxy, send-proxy-v2, slowstart, weight, pool-max-conn, pool-low-conn, pool-purge-delay";
     let foo = format!("'server be/s1' : unknown keyword 'foo'. Registered keywords : {kws}.");
     let wieght = format!("'server be/s1' : unknown keyword 'wieght'; did you mean 'weight' maybe ?. Registered keywords : {kws}.");
     let cases: Vec<(&str, String)> = vec![
@@ -1509,7 +1509,7 @@ fn tcp_request_errors() {
         ("tcp-request inspect-delay 5s x", "'tcp-request inspect-delay' cannot handle unexpected argument 'x'."),
         ("tcp-request content reject", "'tcp-request content reject' is not supported by shunt yet (only 'tcp-request content accept if { req_ssl_hello_type 1 }' is accepted; ACLs come later)."),
         ("tcp-request content accept if { req_ssl_hello_type 2 }", "'tcp-request content accept if { req_ssl_hello_type 2 }' is not supported by shunt yet (only 'tcp-request content accept if { req_ssl_hello_type 1 }' is accepted; ACLs come later)."),
-        ("tcp-request connection bogus", "'tcp-request connection' expects 'accept' or 'reject' in frontend 'fe' (got 'bogus'; shunt supports no other action)."),
+        ("tcp-request connection bogus", "'tcp-request connection' expects 'accept', 'reject' or 'expect-proxy' in frontend 'fe' (got 'bogus'; shunt supports no other action)."),
         ("tcp-request connection reject x", "'tcp-request connection reject' only accepts 'if' or 'unless', in frontend 'fe' (got 'x')"),
         ("tcp-request connection accept if !x", "'tcp-request connection accept' : error detected in frontend 'fe' while parsing 'if' condition : no such ACL : 'x'"),
         ("tcp-request foo", "'tcp-request' expects 'inspect-delay', 'connection', 'session' or 'content', got 'foo'."),
@@ -1998,4 +1998,77 @@ fn a_named_acl_gathers_lines_declared_after_the_rule() {
     };
     assert!(fe.use_backend_conds[0].as_ref().unwrap().eval(&ctx));
     assert!(!fe.tcp_connection[0].cond.as_ref().unwrap().eval(&ctx));
+}
+
+// ---------- PROXY protocol ----------
+
+#[test]
+fn send_proxy_keywords_and_default_server() {
+    let c = okd(
+        "backend b\n default-server send-proxy\n server s1 127.0.0.1:1\n server s2 127.0.0.1:2 send-proxy-v2\n server s3 127.0.0.1:3 no-send-proxy\n server s4 127.0.0.1:4 send-proxy-v2 no-send-proxy-v2\n server s5 127.0.0.1:5 no-send-proxy check-send-proxy\n server s6 127.0.0.1:6 send-proxy-v2 port 99\n",
+    );
+    let v = |i: usize| c.backends[0].servers[i].send_proxy.version();
+    // v2 wins over the inherited v1; clearing v2 leaves v1.
+    assert_eq!(
+        (0..5).map(v).collect::<Vec<_>>(),
+        [
+            Some(ProxyVersion::V1),
+            Some(ProxyVersion::V2),
+            None,
+            Some(ProxyVersion::V1),
+            None
+        ]
+    );
+    let chk = |i: usize| c.backends[0].servers[i].check_proxy_header();
+    // As HAProxy: checks inherit the server's header unless they have their
+    // own port or addr; `check-send-proxy` alone sends v1.
+    assert_eq!(chk(0), Some(ProxyVersion::V1));
+    assert_eq!(chk(1), Some(ProxyVersion::V2));
+    assert_eq!(chk(2), None);
+    assert_eq!(chk(4), Some(ProxyVersion::V1));
+    assert_eq!(chk(5), None);
+}
+
+#[test]
+fn bind_options_accept_proxy_and_name() {
+    let c = okd(
+        "frontend fe\n bind 127.0.0.1:1,127.0.0.1:2 accept-proxy name pp\n bind 127.0.0.1:3\n default_backend b\nbackend b\n",
+    );
+    let o = &c.frontends[0].bind_opts;
+    assert_eq!(o.len(), 3);
+    assert!(o[0].accept_proxy && o[1].accept_proxy && !o[2].accept_proxy);
+    assert_eq!((o[0].label(), o[2].label()), ("pp".into(), "3".into()));
+    assert_eq!(o.iter().map(|b| b.id).collect::<Vec<_>>(), [1, 2, 3]);
+    let e = err1(&format!(
+        "{DEFAULTS}frontend fe\n bind :2\n bind :1 accept-proxy name\n"
+    ));
+    assert_eq!(
+        e,
+        "parsing [t.cfg:8] : 'bind :1' in section 'frontend' : 'name' : missing name"
+    );
+}
+
+#[test]
+fn tcp_request_connection_expect_proxy() {
+    let c = okd(
+        "frontend fe\n bind :1\n tcp-request connection reject if { src 10.0.0.0/8 }\n tcp-request connection expect-proxy layer4 if { src 127.0.0.1 }\n default_backend b\nbackend b\n",
+    );
+    let r = &c.frontends[0].tcp_connection;
+    assert_eq!(r[1].action, TcpConnAction::ExpectProxy);
+    assert!(r[1].cond.is_some());
+    let cases: &[(&str, &str)] = &[
+        ("tcp-request connection expect-proxy", "'tcp-request connection expect-proxy' only supports 'layer4' in frontend 'fe' (got '')"),
+        ("tcp-request connection expect-proxy layer7", "'tcp-request connection expect-proxy' only supports 'layer4' in frontend 'fe' (got 'layer7')"),
+        ("tcp-request connection expect-proxy layer4 foo", "'tcp-request connection expect-proxy' only accepts 'if' or 'unless', in frontend 'fe' (got 'foo')"),
+        ("tcp-request content expect-proxy layer4", "'expect-proxy layer4' is not allowed in 'tcp-request content' rules in frontend 'fe'"),
+    ];
+    for (line, msg) in cases {
+        assert_eq!(
+            err1(&format!(
+                "{DEFAULTS}frontend fe\n bind :8080\n {line}\n default_backend b\nbackend b\n"
+            )),
+            format!("parsing [t.cfg:8] : {msg}"),
+            "line: {line}"
+        );
+    }
 }

@@ -54,7 +54,8 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             });
         }
         let mut binds = Vec::with_capacity(d.binds.len());
-        for (addr, loc) in &d.binds {
+        let mut bind_opts = Vec::with_capacity(d.binds.len());
+        for (n, (addr, opts, loc)) in d.binds.iter().enumerate() {
             if let Some((fe, prev)) = bound.get(addr) {
                 errors.push(ConfigError::Parse {
                     at: loc.clone(),
@@ -66,6 +67,10 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             }
             bound.insert(*addr, (d.name.clone(), loc.clone()));
             binds.push(*addr);
+            bind_opts.push(BindOpts {
+                id: u32::try_from(n + 1).unwrap_or(u32::MAX),
+                ..opts.clone()
+            });
         }
         let mut resolve = |rule: &'static str, target: &str| {
             let idx = find(target);
@@ -131,6 +136,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             name: d.name.clone(),
             id: proxy_id(i),
             binds,
+            bind_opts,
             default_backend,
             use_backends,
             use_backend_conds,
@@ -250,6 +256,7 @@ fn make_backend(d: &ProxyDraft, id: u32, errors: &mut Vec<ConfigError>) -> Backe
                 },
                 line: s.loc.clone(),
                 pool: s.opts.pool,
+                send_proxy: s.opts.send_proxy,
             }
         })
         .collect();

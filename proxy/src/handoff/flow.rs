@@ -334,6 +334,11 @@ impl<'m> Flow<'m> {
         self.to_server.get()
     }
 
+    /// See [`Meter::client_consumed`].
+    pub fn client_consumed(&self) -> u64 {
+        self.meter.client_consumed()
+    }
+
     pub fn to_client(&self) -> u64 {
         self.to_client.get()
     }

@@ -143,6 +143,16 @@ pub trait Meter {
     }
     /// `auto` moved the flow to the kernel (its pair is in the SOCKHASH).
     fn promoted(&self) {}
+    /// Bytes the session consumed from the client socket before the handoff
+    /// and that the stream does not carry (a PROXY header the client sent):
+    /// TCP received them, so the kernel path's totals (`read_before`) count
+    /// them as read by userspace; the byte counters never see them.
+    /// Not handed to a reload's successor (the `_getflows` record carries the
+    /// flow's byte counts only): there, an adopted flow's EOF totals check of
+    /// the client side is short by the header and warns.
+    fn client_consumed(&self) -> u64 {
+        0
+    }
 }
 
 /// Indexes of the proxies a flow is counted in (this process's configuration).
@@ -399,7 +409,21 @@ async fn insert_kernel(
     let Some(kernel) = &fwd.kernel else {
         return Err(KernelFallback::Splice("BPF not loaded".into()));
     };
-    let ins = match sockmap::insert(kernel, client, server, [flow.to_server(), flow.to_client()]) {
+    // The session read a PROXY header, exactly its bytes, from the client's
+    // first segment: the rest of that segment is still queued, in a segment
+    // read in part, which the verdict would be handed whole (the header
+    // again). Read the queue dry first, as a promotion does. Only when bytes
+    // are queued: with none there is no such segment, and a FIN already
+    // there is left for the path every early FIN takes (`insert` refuses a
+    // half-closed client, which is then spliced and propagates it once).
+    let queued = || sock::inq(client.as_fd()).map_or(true, |n| n > 0);
+    if flow.client_consumed() > 0 && flow.to_server() == 0 && queued() {
+        if let Err(e) = Box::pin(copy::read_dry(flow, CLIENT_TO_SERVER, client, server)).await {
+            return Err(KernelFallback::Failed(e.into_end()));
+        }
+    }
+    let read_before = [flow.to_server() + flow.client_consumed(), flow.to_client()];
+    let ins = match sockmap::insert(kernel, client, server, read_before) {
         Ok(i) => i,
         Err(sockmap::NotEligible::Fallback(why)) => return Err(KernelFallback::Splice(why)),
         Err(sockmap::NotEligible::Abort(e)) => {

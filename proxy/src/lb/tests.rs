@@ -79,6 +79,7 @@ fn backend(balance: Balance, servers: &[S]) -> Arc<BackendRt> {
             check: CheckParams::default(),
             line: Location::default(),
             pool: Default::default(),
+            send_proxy: Default::default(),
         })
         .collect();
     BackendRt::new(&Backend {

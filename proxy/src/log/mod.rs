@@ -208,6 +208,18 @@ impl FlowGuard {
         peer: SocketAddr,
         local: Option<SocketAddr>,
     ) -> Self {
+        Self::accepted_at(state, fe, peer, local, SystemTime::now())
+    }
+
+    /// [`FlowGuard::new`] for a flow accepted at `accept` (`%t`), earlier than
+    /// now when the session read a PROXY header first.
+    pub fn accepted_at(
+        state: &Arc<impl Process + 'static>,
+        fe: usize,
+        peer: SocketAddr,
+        local: Option<SocketAddr>,
+        accept: SystemTime,
+    ) -> Self {
         let Some(pl) = state.config().global.traffic_logs.get(fe) else {
             return Self { inner: None };
         };
@@ -215,6 +227,7 @@ impl FlowGuard {
             return Self { inner: None };
         }
         let mut rec = FlowLog::new(fe, peer, local);
+        rec.accept = accept;
         rec.cause = Cause::Killed;
         let now = Instant::now();
         let inner = Inner {
@@ -366,6 +379,36 @@ impl Drop for FlowGuard {
             i.send();
         }
     }
+}
+
+/// HAProxy's line for a connection that failed before it became a session
+/// (`session_kill_embryonic`: a bad or missing PROXY header), at level info:
+/// `CLIENT:PORT [ACCEPT DATE] FRONTEND/LISTENER: MESSAGE`, the client being
+/// the connection's real one. `silent_if_null`: the client sent nothing (it
+/// closed, or the read failed), which `option dontlognull` does not log.
+pub fn connection_error(
+    state: &Arc<impl Process + 'static>,
+    fe: usize,
+    client: SocketAddr,
+    accept: SystemTime,
+    listener: &str,
+    msg: &dyn std::fmt::Display,
+    silent_if_null: bool,
+) {
+    use std::fmt::Write;
+    let cfg = state.config();
+    let Some(pl) = cfg.global.traffic_logs.get(fe) else {
+        return;
+    };
+    if pl.targets.is_empty() || (pl.dontlognull && silent_if_null) {
+        return;
+    }
+    let name = cfg.frontends.get(fe).map_or("", |f| f.name.as_str());
+    let mut line = String::with_capacity(128);
+    let _ = write!(line, "{}:{} [", client.ip(), client.port());
+    format::write_accept_date(accept, &mut line);
+    let _ = write!(line, "] {name}/{listener}: {msg}");
+    emit(state.log(), fe, syslog::LEVEL_INFO, line);
 }
 
 /// Map a forwarding end to the `%ts` cause.

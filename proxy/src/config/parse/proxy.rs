@@ -90,7 +90,8 @@ pub struct ProxyDraft {
     pub acls: Vec<NamedAcl>,
     /// `tcp-request connection` rules, in order.
     pub tcp_connection: Vec<TcpConnRule>,
-    pub binds: Vec<(SocketAddr, Location)>,
+    /// Each listening address with its line's options (`id` set at validation).
+    pub binds: Vec<(SocketAddr, BindOpts, Location)>,
     pub servers: Vec<ServerDraft>,
     pub default_server: ServerOpts,
     /// `option tcp-check`.
@@ -337,22 +338,42 @@ fn mode(_: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     no_extra(l.args, 2, l.kw())
 }
 
+/// `bind ADDR[,ADDR...] [OPTION...]`: the options shunt knows are
+/// `accept-proxy` and `name NAME`; they apply to every address of the line.
 fn bind(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     let Some(list) = l.arg(1) else {
         return Err(
             "'bind' expects [addr1]:port1[-end1]{,[addr]:port[-end]}... as arguments.".to_string(),
         );
     };
-    if let Some(opt) = l.arg(2) {
-        return Err(format!(
-            "'bind {list}' in section '{}': unknown keyword '{opt}' (shunt supports no bind options yet).",
-            d.kind.section()
-        ));
+    let mut opts = BindOpts::default();
+    let mut i = 2;
+    while let Some(opt) = l.arg(i) {
+        match opt {
+            "accept-proxy" => opts.accept_proxy = true,
+            "name" => {
+                let Some(n) = l.arg(i + 1) else {
+                    return Err(format!(
+                        "'bind {list}' in section '{}' : 'name' : missing name",
+                        d.kind.section()
+                    ));
+                };
+                opts.name = Some(n.to_string());
+                i += 1;
+            }
+            _ => {
+                return Err(format!(
+                    "'bind {list}' in section '{}': unknown keyword '{opt}' (shunt supports only 'accept-proxy' and 'name').",
+                    d.kind.section()
+                ))
+            }
+        }
+        i += 1;
     }
     for one in list.split(',') {
         let addrs = parse_addr(one, true).map_err(|e| format!("'bind' : {e}"))?;
         d.binds
-            .extend(addrs.into_iter().map(|a| (a, l.loc.clone())));
+            .extend(addrs.into_iter().map(|a| (a, opts.clone(), l.loc.clone())));
     }
     Ok(())
 }

@@ -26,6 +26,7 @@ pub struct ServerOpts {
     pub disabled: bool,
     pub check: CheckParams,
     pub pool: PoolParams,
+    pub send_proxy: SendProxy,
 }
 
 impl Default for ServerOpts {
@@ -38,6 +39,7 @@ impl Default for ServerOpts {
             disabled: false,
             check: CheckParams::default(),
             pool: PoolParams::default(),
+            send_proxy: SendProxy::default(),
         }
     }
 }
@@ -105,12 +107,16 @@ pub const SERVER: &[Keyword<ServerLine>] = &[
     Keyword::new(&["no-backup"],           SD, Args::None,     no_backup),
     Keyword::new(&["no-check"],            SD, Args::None,     no_check),
     Keyword::new(&["no-check-send-proxy"], SD, Args::None,     no_check_send_proxy),
+    Keyword::new(&["no-send-proxy"],       SD, Args::None,     no_send_proxy),
+    Keyword::new(&["no-send-proxy-v2"],    SD, Args::None,     no_send_proxy_v2),
     Keyword::new(&["observe"],             SD, Args::Required, observe),
     Keyword::new(&["on-error"],            SD, Args::Required, on_error),
     Keyword::new(&["on-marked-down"],      SD, Args::Required, on_marked_down),
     Keyword::new(&["on-marked-up"],        SD, Args::Required, on_marked_up),
     Keyword::new(&["port"],                SD, Args::Required, port),
     Keyword::new(&["rise"],                SD, Args::Required, rise),
+    Keyword::new(&["send-proxy"],          SD, Args::None,     send_proxy),
+    Keyword::new(&["send-proxy-v2"],       SD, Args::None,     send_proxy_v2),
     Keyword::new(&["slowstart"],           SD, Args::Required, slowstart),
     Keyword::new(&["weight"],              SD, Args::Required, weight),
     Keyword::new(&["pool-max-conn"],       SD, Args::Required, pool_max_conn),
@@ -446,5 +452,25 @@ fn check_send_proxy(s: &mut ServerLine, _: &mut Line<'_>) -> Result<(), String> 
 
 fn no_check_send_proxy(s: &mut ServerLine, _: &mut Line<'_>) -> Result<(), String> {
     s.opts.check.send_proxy = false;
+    Ok(())
+}
+
+fn send_proxy(s: &mut ServerLine, _: &mut Line<'_>) -> Result<(), String> {
+    s.opts.send_proxy.v1 = true;
+    Ok(())
+}
+
+fn no_send_proxy(s: &mut ServerLine, _: &mut Line<'_>) -> Result<(), String> {
+    s.opts.send_proxy.v1 = false;
+    Ok(())
+}
+
+fn send_proxy_v2(s: &mut ServerLine, _: &mut Line<'_>) -> Result<(), String> {
+    s.opts.send_proxy.v2 = true;
+    Ok(())
+}
+
+fn no_send_proxy_v2(s: &mut ServerLine, _: &mut Line<'_>) -> Result<(), String> {
+    s.opts.send_proxy.v2 = false;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `tcp-request` lines of proxy sections: `inspect-delay`, `connection
-//! accept|reject [if|unless COND]`, and the one `content` rule shunt accepts;
-//! everything else is refused with a reason.
+//! accept|reject|expect-proxy layer4 [if|unless COND]`, and the one `content`
+//! rule shunt accepts; everything else is refused with a reason.
 
 use super::acl::{self, Fetch};
 use super::model::{TcpConnAction, TcpConnRule};
@@ -28,10 +28,17 @@ pub fn inspect_delay(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String>
 }
 
 /// `tcp-request content accept if { req_ssl_hello_type 1 }`, a no-op.
-pub fn content(_: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+pub fn content(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     let rest: Vec<&str> = l.args[2..].iter().map(String::as_str).collect();
     if ACCEPT_HELLO.contains(&rest.as_slice()) {
         return Ok(());
+    }
+    if rest.first() == Some(&"expect-proxy") {
+        return Err(format!(
+            "'expect-proxy layer4' is not allowed in 'tcp-request content' rules in {} '{}'",
+            d.kind.type_str(),
+            d.name
+        ));
     }
     Err(format!(
         "'tcp-request content {}' is not supported by shunt yet (only 'tcp-request content accept if {{ req_ssl_hello_type 1 }}' is accepted; ACLs come later).",
@@ -39,27 +46,42 @@ pub fn content(_: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     ))
 }
 
-/// `tcp-request connection accept|reject [if|unless COND]`. A condition that
-/// fetches the TLS server name can never hold this early: HAProxy's warning.
+/// `tcp-request connection accept|reject|expect-proxy layer4 [if|unless
+/// COND]`. A condition that fetches the TLS server name can never hold this
+/// early: HAProxy's warning.
 pub fn connection(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     let action = match l.arg(2) {
         Some("accept") => TcpConnAction::Accept,
         Some("reject") => TcpConnAction::Reject,
+        Some("expect-proxy") => TcpConnAction::ExpectProxy,
         got => {
             return Err(format!(
-                "'tcp-request connection' expects 'accept' or 'reject' in frontend '{}' (got '{}'; shunt supports no other action).",
+                "'tcp-request connection' expects 'accept', 'reject' or 'expect-proxy' in frontend '{}' (got '{}'; shunt supports no other action).",
                 d.name,
                 got.unwrap_or("")
             ))
         }
     };
+    // The words of the action: `expect-proxy` takes `layer4`.
+    let mut at = 3;
+    if action == TcpConnAction::ExpectProxy {
+        if l.arg(3) != Some("layer4") {
+            return Err(format!(
+                "'tcp-request connection expect-proxy' only supports 'layer4' in {} '{}' (got '{}')",
+                d.kind.type_str(),
+                d.name,
+                l.arg(3).unwrap_or("")
+            ));
+        }
+        at = 4;
+    }
     let act = l.args[2].as_str();
-    let cond = match l.arg(3) {
+    let cond = match l.arg(at) {
         None => None,
-        Some("if" | "unless") => Some(acl::parse_cond(&l.args[3..], &d.acls).map_err(|e| {
+        Some("if" | "unless") => Some(acl::parse_cond(&l.args[at..], &d.acls).map_err(|e| {
             format!(
                 "'tcp-request connection {act}' : error detected in frontend '{}' while parsing '{}' condition : {e}",
-                d.name, l.args[3]
+                d.name, l.args[at]
             )
         })?),
         Some(w) => {
