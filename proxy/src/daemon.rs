@@ -61,6 +61,12 @@ pub enum DaemonError {
     BpfRequired(String),
     #[error("cannot install the signal handlers: {0}")]
     Signals(std::io::Error),
+    /// HAProxy's wording: `[haproxy.main()] Cannot chroot(DIR).`
+    #[error("Cannot chroot({}): {source}", dir.display())]
+    Chroot {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot drop privileges: {0}")]
     Privileges(String),
     #[error("cannot attach the BPF verdict to the reused maps: {0}")]
@@ -205,15 +211,14 @@ impl Drop for PidFile {
 /// call, so the kernel is asked ([`crate::sys::caps::held_bpf_fd_needs_cap`])
 /// and CAP_BPF is kept only if it says so. Everything else (binding, the
 /// stats socket, the pidfile, map creation and program load) happened before.
-fn drop_privileges(config: &Config) -> Result<(), DaemonError> {
+///
+/// The accounts were looked up in stage 1 (`target`), before a `chroot`
+/// hid the password database.
+fn drop_privileges(target: Option<&crate::sys::caps::Target>) -> Result<(), DaemonError> {
     use crate::sys::caps::{self, Cap};
-    let (user, group) = (
-        config.global.user.as_deref(),
-        config.global.group.as_deref(),
-    );
-    if user.is_none() && group.is_none() {
+    let Some(target) = target else {
         return Ok(());
-    }
+    };
     // The one fact of whether BPF loaded is the loaded handle itself.
     let loaded = crate::handoff::sockmap::kernel().is_some();
     let (keep, why): (Vec<Cap>, String) = match loaded {
@@ -239,13 +244,30 @@ fn drop_privileges(config: &Config) -> Result<(), DaemonError> {
             "BPF not loaded; userspace forwarding needs no capability".to_string(),
         ),
     };
-    caps::drop_to(user, group, &keep).map_err(|e| DaemonError::Privileges(e.to_string()))?;
+    caps::drop_resolved(target, &keep).map_err(|e| DaemonError::Privileges(e.to_string()))?;
     tracing::info!(
         uid = %nix::unistd::getuid(),
         gid = %nix::unistd::getgid(),
         kept = %caps::names(&caps::current_effective()),
         "dropped privileges: {why}"
     );
+    Ok(())
+}
+
+/// `chroot DIR`: after every socket and file of the start is open (listeners,
+/// stats sockets in place, log sockets, the pidfile, the server-state file
+/// read, BPF loaded and pinned) and before the privilege drop, as HAProxy.
+/// What the process still opens by path afterwards resolves inside DIR:
+/// docs/configuration.md ("chroot") lists it.
+fn enter_chroot(config: &Config) -> Result<(), DaemonError> {
+    let Some(dir) = &config.global.chroot else {
+        return Ok(());
+    };
+    crate::sys::root::enter(dir).map_err(|source| DaemonError::Chroot {
+        dir: dir.clone(),
+        source,
+    })?;
+    tracing::info!(dir = %dir.display(), "chrooted");
     Ok(())
 }
 
@@ -359,7 +381,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     let mut cli_sockets = crate::cli::Sockets::bind(&config, &mut inherited, handover.clone())?;
     inherited.close_rest();
     let log = crate::log::open(&config)?;
-    crate::sys::caps::check_names(
+    let drop_to = crate::sys::caps::resolve(
         config.global.user.as_deref(),
         config.global.group.as_deref(),
     )
@@ -408,7 +430,8 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         b.attach_verdict()
             .map_err(|e| DaemonError::Attach(e.to_string()))?;
     }
-    drop_privileges(&config)?;
+    enter_chroot(&config)?;
+    drop_privileges(drop_to.as_ref())?;
     // Threads started after the drop hold no capability.
     if let Some(log) = log {
         log.start(&state.log)?;

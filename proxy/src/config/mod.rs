@@ -20,6 +20,8 @@ mod validate;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_compat;
 
 pub use lexer::MAX_LINE_ARGS;
 pub use model::*;

@@ -154,6 +154,9 @@ pub struct Global {
     pub user: Option<String>,
     pub group: Option<String>,
     pub pidfile: Option<PathBuf>,
+    /// `chroot DIR`: the process's root once every socket is open, before
+    /// the privilege drop (`crate::daemon`).
+    pub chroot: Option<PathBuf>,
     pub hard_stop_after: Option<Duration>,
     pub stats_sockets: Vec<StatsSocket>,
     /// `stats timeout`, default 10 s.
@@ -231,6 +234,7 @@ impl Default for Global {
             user: None,
             group: None,
             pidfile: None,
+            chroot: None,
             hard_stop_after: None,
             stats_sockets: Vec::new(),
             stats_timeout: Duration::from_secs(10),

@@ -829,8 +829,8 @@ fn proxy_keyword_errors() {
         ("fullconn -1", "'fullconn' expects an integer argument (got '-1')."),
         ("option", "'option' expects an option name."),
         ("option foo", "unknown option 'foo'."),
-        ("option httplog", "'option httplog' is not supported by shunt (TCP only)."),
-        ("option forwardfor", "'option forwardfor' is not supported by shunt (TCP only)."),
+        ("option httpchk", "'option httpchk' is not supported by shunt (TCP only)."),
+        ("option httplog x", "'option httplog' only supports optional argument 'clf' (got 'x')."),
         ("option redispatch x", "'option redispatch' cannot handle unexpected argument 'x'."),
         ("no foo", "'no' is only supported before 'option' and 'log'."),
         ("log", "log : expects <address> and <facility> or global as arguments"),
@@ -931,10 +931,7 @@ fn defaults_only_errors() {
             "use_backend x",
             "'use_backend' not allowed in 'defaults' section.",
         ),
-        (
-            "mode http",
-            "'mode http' is not supported by shunt (TCP only).",
-        ),
+        // `mode http` in defaults is a warning: tests_compat.rs.
     ];
     for (line, msg) in cases {
         assert_eq!(

@@ -151,6 +151,23 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
     }
 
     for d in &proxies {
+        if let Some(at) = &d.mode_http {
+            errors.push(ConfigError::Parse {
+                at: d.loc.clone(),
+                msg: format!(
+                    "{} '{}' inherits 'mode http' from the defaults section at [{at}], and shunt does not speak HTTP: add 'mode tcp'.",
+                    d.kind.type_str(),
+                    d.name
+                ),
+            });
+        }
+        if let (Some(at), true) = (&d.httplog, d.kind.fe()) {
+            warnings.push(format!(
+                "config : parsing [{at}] : 'option httplog' not usable with {} '{}' (needs 'mode http'). Falling back to 'option tcplog'.",
+                d.kind.type_str(),
+                d.name
+            ));
+        }
         let t = &d.timeouts;
         let missing = (d.kind.fe() && t.client.is_none())
             || (d.kind.be() && (t.connect.is_none() || t.server.is_none()));

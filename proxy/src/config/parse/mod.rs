@@ -572,6 +572,13 @@ fn invalid_name_char(name: &str) -> Option<char> {
         .find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
 }
 
+/// The one wording of a keyword shunt accepts but does nothing with (a TLS or
+/// HTTP setting of a shared section): `parsing [FILE:LINE] : 'KEYWORD'
+/// ignored: shunt does not WHAT.` `what` says what shunt does not do.
+fn not_applicable(loc: &Location, kw: &str, what: &str) -> String {
+    format!("parsing [{loc}] : '{kw}' ignored: shunt does not {what}.")
+}
+
 fn no_extra(args: &[String], used: usize, kw: &str) -> Result<(), String> {
     match args.get(used) {
         Some(x) => Err(format!("'{kw}' cannot handle unexpected argument '{x}'.")),

@@ -14,8 +14,8 @@ use super::model::*;
 use super::server::{self, ServerDraft, ServerOpts};
 use super::units::parse_time;
 use super::{
-    bounded, dispatch, first_words, int_arg, no_extra, section_names, suggest, tcp_check,
-    tcp_request, with_hint, Args, Keyword, Line, Scope, Sections, MAX_MAXCONN,
+    bounded, dispatch, first_words, int_arg, no_extra, not_applicable, section_names, suggest,
+    tcp_check, tcp_request, with_hint, Args, Keyword, Line, Scope, Sections, MAX_MAXCONN,
 };
 
 /// Default `retries`, as in HAProxy.
@@ -104,6 +104,12 @@ pub struct ProxyDraft {
     pub tcp_check_comment: Option<String>,
     /// `load-server-state-from-file global` (true) or `none` (false, the default).
     pub load_server_state: bool,
+    /// Where a `defaults` section said `mode http` (a proxy that inherits it
+    /// without its own `mode tcp` is refused by validation).
+    pub mode_http: Option<Location>,
+    /// Where `option httplog` was set: a frontend logs with `option tcplog`
+    /// instead, and validation warns as HAProxy does for a TCP frontend.
+    pub httplog: Option<Location>,
 }
 
 impl ProxyDraft {
@@ -136,6 +142,8 @@ impl ProxyDraft {
             tcp_check_inherited: false,
             tcp_check_comment: None,
             load_server_state: false,
+            mode_http: None,
+            httplog: None,
         }
     }
 }
@@ -271,6 +279,16 @@ pub const PROXY: &[Keyword<ProxyDraft>] = &[
     Keyword::new(&["option", "splice-response"],    ALL,    Args::None,     splice_response),
     Keyword::new(&["option", "tcp-check"],          DEF_BE, Args::None,     option_tcp_check),
     Keyword::new(&["option", "tcplog"],             ALL,    Args::None,     tcplog),
+    Keyword::new(&["option", "httplog"],            ALL,    Args::None,     httplog),
+    Keyword::new(&["option", "http-server-close"],  ALL,    Args::None,     http_option),
+    Keyword::new(&["option", "httpclose"],          ALL,    Args::None,     http_option),
+    Keyword::new(&["option", "http-keep-alive"],    ALL,    Args::None,     http_option),
+    Keyword::new(&["option", "http-buffer-request"], ALL,   Args::None,     http_option),
+    Keyword::new(&["option", "http-ignore-probes"], ALL,    Args::None,     http_option),
+    Keyword::new(&["option", "http-no-delay"],      ALL,    Args::None,     http_option),
+    Keyword::new(&["option", "http-pretend-keepalive"], ALL, Args::None,    http_option),
+    Keyword::new(&["option", "forwardfor"],         ALL,    Args::None,     http_option),
+    Keyword::new(&["option", "originalto"],         ALL,    Args::None,     http_option),
     Keyword::new(&["option", "dontlognull"],        ALL,    Args::None,     dontlognull),
     Keyword::new(&["log"],                          ALL,    Args::Required, log),
     Keyword::new(&["log", "global"],                ALL,    Args::None,     log_global),
@@ -283,6 +301,11 @@ pub const PROXY: &[Keyword<ProxyDraft>] = &[
     Keyword::new(&["tcp-check", "send-binary"],     DEF_BE, Args::Required, tcp_check::send_binary),
     Keyword::new(&["tcp-check", "expect"],          DEF_BE, Args::Required, tcp_check::expect),
     Keyword::new(&["load-server-state-from-file"],  DEF_BE, Args::Required, load_server_state),
+    Keyword::new(&["errorfile"],                    ALL,    Args::Required, not_http),
+    Keyword::new(&["errorfiles"],                   ALL,    Args::Required, not_http),
+    Keyword::new(&["errorloc"],                     ALL,    Args::Required, not_http),
+    Keyword::new(&["errorloc302"],                  ALL,    Args::Required, not_http),
+    Keyword::new(&["errorloc303"],                  ALL,    Args::Required, not_http),
 ];
 
 /// HAProxy proxy keywords that only make sense for HTTP.
@@ -296,8 +319,6 @@ const HTTP_ONLY_KEYWORDS: &[&str] = &[
     "cookie",
     "capture",
     "compression",
-    "errorfile",
-    "errorloc",
     "monitor-uri",
     "stats",
     "unique-id-format",
@@ -325,9 +346,20 @@ pub fn line(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     Err(with_hint(msg, suggest(kw, candidates)))
 }
 
-fn mode(_: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+fn mode(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     match l.arg(1) {
-        Some("tcp") => {}
+        Some("tcp") => d.mode_http = None,
+        // Debian's stock `defaults` says `mode http`: the TCP proxies that
+        // follow it override it, and validation refuses the others.
+        Some("http") if d.kind == Kind::Defaults => {
+            no_extra(l.args, 2, l.kw())?;
+            d.mode_http = Some(l.loc.clone());
+            l.warnings.push(not_applicable(
+                l.loc,
+                "mode http",
+                "speak HTTP; a proxy that inherits it without 'mode tcp' is refused",
+            ));
+        }
         Some(m @ ("http" | "health" | "log")) => {
             return Err(format!("'mode {m}' is not supported by shunt (TCP only)."))
         }
@@ -487,7 +519,7 @@ fn option_other(_: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     let Some(name) = l.arg(1) else {
         return Err("'option' expects an option name.".to_string());
     };
-    if name.starts_with("http") || name == "forwardfor" || name == "originalto" {
+    if name.starts_with("http") {
         return Err(format!(
             "'option {name}' is not supported by shunt (TCP only)."
         ));
@@ -534,7 +566,47 @@ fn option_tcp_check(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> 
 // as HAProxy does.
 fn tcplog(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     d.tcplog = option_value(l);
+    d.httplog = None;
     option_end(l)
+}
+
+/// `option httplog [clf]`: HAProxy falls back to `option tcplog` in a TCP
+/// frontend, and so does shunt, where every frontend is one.
+fn httplog(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    match l.arg(2) {
+        None | Some("clf") => no_extra(l.args, 3, "option httplog")?,
+        Some(x) => {
+            return Err(format!(
+                "'option httplog' only supports optional argument 'clf' (got '{x}')."
+            ))
+        }
+    }
+    d.tcplog = option_value(l);
+    d.httplog = option_value(l).then(|| l.loc.clone());
+    Ok(())
+}
+
+/// An HTTP-only `option` (a shared `defaults` section often sets them): it
+/// changes nothing in a TCP proxy, so it is accepted with a warning.
+fn http_option(_: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    // `forwardfor` and `originalto` take their own words (`except NET`,
+    // `header NAME`, `if-none`), moot here; the other entries are flags.
+    if !matches!(l.arg(1), Some("forwardfor" | "originalto")) {
+        option_end(l)?;
+    }
+    let kw = l.args[..2].join(" ");
+    let kw = if l.negate { format!("no {kw}") } else { kw };
+    l.warnings.push(not_applicable(l.loc, &kw, "speak HTTP"));
+    Ok(())
+}
+
+/// `errorfile` and its kin: HTTP error pages, which a TCP proxy never sends.
+fn not_http(_: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    if l.arg(1).is_none() {
+        return Err(format!("'{}' expects an argument.", l.kw()));
+    }
+    l.warnings.push(not_applicable(l.loc, l.kw(), "speak HTTP"));
+    Ok(())
 }
 
 fn dontlognull(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
@@ -581,6 +653,7 @@ fn log_format(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
         .ok_or_else(|| "'log-format' expects a format string.".to_string())?;
     no_extra(l.args, 2, l.kw())?;
     d.log_format = Some(LogFormat::parse(f).map_err(|e| format!("'log-format' : {e}"))?);
+    d.httplog = None;
     Ok(())
 }
 

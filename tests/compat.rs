@@ -1,0 +1,197 @@
+//! Configurations users have run unmodified with HAProxy (issue 15): Debian's
+//! stock `haproxy.cfg` with a TCP `listen` section appended is accepted by
+//! `shunt -c` with one warning per TLS or HTTP keyword that does not apply,
+//! and it runs: chrooted, as its user, forwarding, its stats socket
+//! answering and its traffic log reaching a UNIX datagram socket outside the
+//! chroot. Each sample configuration of tests/testdata/compat/ gets the
+//! verdict `haproxy -c` gives it, or the one shunt documents where they part.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use shunt_tests::*;
+
+/// The Debian file with its `listen` section, as shipped in testdata.
+const DEBIAN: &str = "testdata/compat/debian-tcp.cfg";
+/// How long a traffic log line may take to arrive.
+const LOG_WAIT: Duration = Duration::from_secs(5);
+
+/// The `parsing [file:line] : ...` messages of a checker's output, prefixes cut.
+fn parsing_lines(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.find("parsing [").map(|i| l[i..].to_string()))
+        .collect()
+}
+
+/// `haproxy -c -f cfg`: exit code and output, `None` without the binary.
+fn haproxy_check(cfg: &Path) -> Option<(i32, String)> {
+    let out = Command::new("haproxy")
+        .arg("-c")
+        .arg("-f")
+        .arg(cfg)
+        .output()
+        .ok()?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    Some((out.status.code().unwrap_or(-1), text))
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// True when a test that needs root can run; otherwise a loud skip, or a
+/// failure under `SHUNT_REQUIRE_BPF=1` (CI runs as root with it set).
+fn can_run_as_root(test: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    let required = std::env::var("SHUNT_REQUIRE_BPF").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "{test} needs root (chroot, setuid) and SHUNT_REQUIRE_BPF=1 requires it to run"
+    );
+    eprintln!("\n!!!!! SKIPPED {test}: needs root (chroot, setuid)\n");
+    false
+}
+
+#[test]
+fn debian_stock_config_is_accepted_with_a_warning_per_keyword_that_does_not_apply() {
+    let (code, _, err) = check_config(&[Path::new(DEBIAN)]);
+    assert_eq!(code, 0, "shunt -c -f {DEBIAN}:\n{err}");
+    assert!(!err.contains("[ALERT]"), "no alert: {err}");
+    let ours = parsing_lines(&err);
+    let at = |line: usize, kw: &str, what: &str| {
+        format!("parsing [{DEBIAN}:{line}] : '{kw}' ignored: shunt does not {what}.")
+    };
+    let mut want = vec![
+        format!("parsing [{DEBIAN}:11] : 'daemon' ignored: shunt always runs in the foreground."),
+        at(14, "ca-base", "terminate TLS"),
+        at(15, "crt-base", "terminate TLS"),
+        at(18, "ssl-default-bind-ciphers", "terminate TLS"),
+        at(19, "ssl-default-bind-ciphersuites", "terminate TLS"),
+        at(20, "ssl-default-bind-options", "terminate TLS"),
+        at(
+            24,
+            "mode http",
+            "speak HTTP; a proxy that inherits it without 'mode tcp' is refused",
+        ),
+    ];
+    want.extend((30..=36).map(|l| at(l, "errorfile", "speak HTTP")));
+    // HAProxy's own warning, word for word (it gives the same one).
+    let fallback = format!("parsing [{DEBIAN}:25] : 'option httplog' not usable with proxy 'tcp_in' (needs 'mode http'). Falling back to 'option tcplog'.");
+    want.push(fallback.clone());
+    assert_eq!(ours, want);
+    match haproxy_check(Path::new(DEBIAN)) {
+        None => eprintln!("SKIP the HAProxy half: no haproxy binary (apt-get install haproxy); shunt's verdict is still checked"),
+        Some((hcode, text)) => {
+            assert_eq!(hcode, 0, "haproxy -c -f {DEBIAN}:\n{text}");
+            assert_eq!(parsing_lines(&text), [fallback], "HAProxy's warnings: {text}");
+        }
+    }
+}
+
+#[test]
+fn sample_configs_get_haproxys_verdict_or_the_documented_one() {
+    // (file, shunt accepts, HAProxy accepts)
+    let cases = [
+        (DEBIAN, true, true),
+        // A backend left in the defaults' `mode http`: HAProxy runs it as
+        // HTTP, shunt refuses it at its header.
+        ("testdata/compat/http-inherited.cfg", false, true),
+    ];
+    let haproxy = Command::new("haproxy").arg("-v").output().is_ok();
+    if !haproxy {
+        eprintln!("SKIP the HAProxy half of sample_configs_get_haproxys_verdict_or_the_documented_one: no haproxy binary (apt-get install haproxy); shunt's verdicts are still checked");
+    }
+    for (file, ours_ok, theirs_ok) in cases {
+        let path = Path::new(file);
+        let (code, _, err) = check_config(&[path]);
+        assert_eq!(code == 0, ours_ok, "shunt -c -f {file}: {err}");
+        assert!(
+            ours_ok || !parsing_lines(&err).is_empty(),
+            "{file}: no located error: {err}"
+        );
+        if haproxy {
+            let (hcode, text) = haproxy_check(path).expect("run haproxy -c");
+            assert_eq!(hcode == 0, theirs_ok, "haproxy -c -f {file}: {text}");
+        }
+    }
+}
+
+#[test]
+fn debian_stock_config_runs_chrooted_forwards_answers_and_logs() {
+    if !can_run_as_root("debian_stock_config_runs_chrooted_forwards_answers_and_logs") {
+        return;
+    }
+    let server = Server::echo();
+    let port = free_port();
+    let jail = TempDir::new("jail");
+    let outside = TempDir::new("syslog");
+    let log_path = outside.path().join("log.sock");
+    let syslog = UnixDatagram::bind(&log_path).expect("bind the syslog socket");
+    syslog
+        .set_read_timeout(Some(LOG_WAIT))
+        .expect("syslog timeout");
+    let text = std::fs::read_to_string(DEBIAN).expect("read the Debian config");
+    // The paths and accounts of this machine; every keyword stays.
+    let cfg = text
+        .replace("/dev/log", &log_path.display().to_string())
+        .replace(
+            "chroot /var/lib/haproxy",
+            &format!("chroot {}", jail.path().display()),
+        )
+        .replace("/run/haproxy/admin.sock", "@DIR@/admin.sock")
+        .replace("user haproxy", "user nobody")
+        .replace("group haproxy", "group nogroup")
+        .replace("127.0.0.1:18500", &format!("127.0.0.1:{port}"))
+        .replace("127.0.0.1:18501", &server.addr.to_string());
+    let shunt = Shunt::start(&cfg, &[]);
+
+    let root = std::fs::read_link(format!("/proc/{}/root", shunt.pid())).expect("read root link");
+    assert_eq!(root, jail.path(), "the process's root is the chroot");
+
+    let mut c = connect(SocketAddr::from(([127, 0, 0, 1], port)));
+    c.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let data = pattern(64 << 10, 7);
+    c.write_all(&data).expect("send");
+    let mut back = vec![0u8; data.len()];
+    c.read_exact(&mut back).expect("echo through shunt");
+    assert_eq!(sha256(&back), sha256(&data));
+    drop(c);
+
+    let info = show_info(&shunt.sock());
+    assert_eq!(info.get("Name").map(String::as_str), Some("shunt"));
+    let node = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("host name");
+    assert_eq!(
+        info.get("node").map(String::as_str),
+        Some(node.trim()),
+        "read without /proc"
+    );
+    let nofile: u64 = info
+        .get("Ulimit-n")
+        .and_then(|v| v.parse().ok())
+        .expect("Ulimit-n in show info");
+    assert!(nofile > 0, "read without /proc");
+    let stat = stat_row(&shunt.sock(), "tcp_in", "s1");
+    assert_eq!(
+        stat.get("status").map(String::as_str),
+        Some("UP"),
+        "{stat:?}"
+    );
+
+    // `option httplog` fell back to tcplog: one line at the flow's end, sent
+    // from inside the chroot through the socket connected before it.
+    let mut buf = [0u8; 2048];
+    let n = syslog
+        .recv(&mut buf)
+        .expect("a traffic log line on the UNIX datagram socket");
+    let line = String::from_utf8_lossy(&buf[..n]);
+    assert!(line.contains("tcp_in tcp_in/s1"), "tcplog line: {line}");
+}
