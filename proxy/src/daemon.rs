@@ -403,7 +403,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         let mut dups: Vec<std::os::fd::OwnedFd> = listeners
             .iter()
             .flatten()
-            .map(|(_, l)| l)
+            .map(|(_, _, l)| l)
             .chain(prometheus.iter())
             .filter_map(|l| std::os::fd::AsFd::as_fd(l).try_clone_to_owned().ok())
             .collect();
@@ -683,14 +683,14 @@ async fn worker_main(
         &state,
         scheduler::thread_id(),
     ));
-    for (fi, l) in listeners {
+    for (fi, bi, l) in listeners {
         match TcpListener::from_std(l) {
             Ok(l) => {
                 let st = state.clone();
                 tasks.push(scheduler::spawn(
                     Class::Normal,
                     "accept",
-                    accept_loop(st, fi, l),
+                    accept_loop(st, fi, bi, l),
                 ));
             }
             Err(e) => {
@@ -713,15 +713,21 @@ async fn worker_main(
     }
 }
 
-/// Wait until a new flow fits (true), or the process stops running (false).
-async fn wait_for_room(state: &Runtime, fe_idx: usize, phase: &mut watch::Receiver<Phase>) -> bool {
+/// Wait until a new flow fits (true), or the process stops running (false):
+/// the global, frontend and listener (`bind ... maxconn`) limits.
+async fn wait_for_room(
+    state: &Runtime,
+    fe_idx: usize,
+    bind: usize,
+    phase: &mut watch::Receiver<Phase>,
+) -> bool {
     loop {
         if *phase.borrow() != Phase::Running {
             return false;
         }
-        if state
-            .admission
-            .has_room(fe_idx, state.stats.frontends[fe_idx].scur())
+        let a = &state.admission;
+        if a.has_room(fe_idx, state.stats.frontends[fe_idx].scur())
+            && a.listener_has_room(fe_idx, bind)
         {
             return true;
         }
@@ -742,7 +748,7 @@ impl Drop for AcceptingGuard {
     }
 }
 
-async fn accept_loop(state: Arc<Runtime>, fe_idx: usize, listener: TcpListener) {
+async fn accept_loop(state: Arc<Runtime>, fe_idx: usize, bind: usize, listener: TcpListener) {
     let _accepting = AcceptingGuard(state.clone());
     let mut phase = state.lifecycle.subscribe();
     let mut hold = state.admission.hold_watch();
@@ -760,7 +766,7 @@ async fn accept_loop(state: Arc<Runtime>, fe_idx: usize, listener: TcpListener) 
             continue;
         }
         // Stop accepting while full: the kernel keeps new clients in the backlog.
-        if !wait_for_room(&state, fe_idx, &mut phase).await {
+        if !wait_for_room(&state, fe_idx, bind, &mut phase).await {
             break;
         }
         let accepted = tokio::select! {
@@ -779,12 +785,12 @@ async fn accept_loop(state: Arc<Runtime>, fe_idx: usize, listener: TcpListener) 
                 // A client accepted just as a soft stop (a reload) began is served
                 // all the same: dropping it would reset a connection the kernel
                 // already completed.
-                if !wait_for_room(&state, fe_idx, &mut phase).await
+                if !wait_for_room(&state, fe_idx, bind, &mut phase).await
                     && *phase.borrow() == Phase::HardStop
                 {
                     break;
                 }
-                let guard = ConnGuard::new(state.clone());
+                let guard = ConnGuard::accepted(state.clone(), fe_idx, bind);
                 let st = state.clone();
                 // Owned by the future: aborting the task unregisters the flow.
                 // A hard stop aborts it through the registry (`worker_main`).

@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 
 use crate::config::{AclCtx, Backend, ForwardMode, Frontend, TcpConnAction, UseBackend};
 use crate::handoff::{self, End, Meter, Mode, Plan, Promote};
-use crate::lb::spares::ConnectError;
+use crate::lb::spares::{ConnectError, ConnectOpts};
 use crate::lb::AcquireError;
 use crate::log::format::{Cause, Phase as LogPhase};
 use crate::log::FlowGuard;
@@ -227,6 +227,7 @@ fn choose_plan(state: &Runtime, fe: &Frontend, be: &Backend) -> Plan {
 async fn connect_server(
     rt: &crate::lb::ServerRt,
     timeout: Option<Duration>,
+    opts: ConnectOpts,
 ) -> Result<TcpStream, ConnectError> {
     let addr = rt.addr();
     if rt.pool.enabled() {
@@ -248,13 +249,13 @@ async fn connect_server(
     let mut addr = addr;
     for _ in 0..MAX_ADDR_CHANGE_RETRIES {
         let gen = rt.addr_gen();
-        let s = crate::lb::spares::connect(addr, timeout).await?;
+        let s = crate::lb::spares::connect(addr, timeout, opts).await?;
         if rt.addr_gen() == gen {
             return Ok(s);
         }
         addr = rt.addr();
     }
-    crate::lb::spares::connect(addr, timeout).await
+    crate::lb::spares::connect(addr, timeout, opts).await
 }
 
 /// Fresh connects restarted because the server's address changed under them.
@@ -284,6 +285,12 @@ pub async fn run(
     }
     fe_ctr.event(Event::Session);
     let _fe_open = Open::new(fe_ctr);
+    if fe.clitcpka {
+        // `option clitcpka`: a failure only loses the probes, not the flow.
+        if let Err(e) = socket2::SockRef::from(&client).set_keepalive(true) {
+            tracing::debug!(frontend = %fe.name, %peer, error = %e, "cannot set SO_KEEPALIVE");
+        }
+    }
 
     let Some(be_idx) = route(&state, fe, peer, &client).await else {
         tracing::debug!(frontend = %fe.name, %peer, "no backend to route to; closing");
@@ -337,7 +344,8 @@ pub async fn run(
         let srv_idx = s.index();
         let srv_ctr = &state.stats.servers[be_idx][srv_idx];
         log.assigned(srv_idx);
-        let connected = connect_server(s.server(), be.timeouts.connect).await;
+        let opts = ConnectOpts::of(be, &be.servers[s.index()]);
+        let connected = connect_server(s.server(), be.timeouts.connect, opts).await;
         crate::checks::observe::report(&state, be_idx, srv_idx, connected.is_ok());
         match connected {
             Ok(conn) => {

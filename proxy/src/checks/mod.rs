@@ -38,6 +38,7 @@ pub mod transition;
 #[cfg(test)]
 mod tests;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -106,6 +107,10 @@ pub struct Target {
     pub on_marked_up_shutdown_backup: bool,
     /// `check-send-proxy`: health-check connections start with a PROXY v1 line.
     pub send_proxy: bool,
+    /// The server's `source`: checks and the agent connect from there too.
+    pub source: Option<SocketAddr>,
+    /// `option log-health-checks`: every change of check result is logged.
+    pub log_health_checks: bool,
 }
 
 /// The agent of one server (where it listens and what it is sent live in the
@@ -144,6 +149,8 @@ impl Target {
             on_marked_down_shutdown: c.on_marked_down_shutdown,
             on_marked_up_shutdown_backup: c.on_marked_up_shutdown_backup,
             send_proxy: c.send_proxy,
+            source: srv.source,
+            log_health_checks: be.opts.log_health_checks,
         }
     }
 

@@ -453,7 +453,7 @@ fn hostnames_resolve() {
 fn bind_errors() {
     let cases: &[(&str, &str)] = &[
         ("bind", "'bind' expects [addr1]:port1[-end1]{,[addr]:port[-end]}... as arguments."),
-        ("bind :80 ssl", "'bind :80' in section 'frontend': unknown keyword 'ssl' (shunt supports no bind options yet)."),
+        ("bind :80 ssl", "'bind :80' unknown keyword 'ssl'. Registered keywords : backlog, defer-accept, interface, maxconn, name, tfo, transparent, v4v6, v6only."),
         ("bind 1.2.3.4", "'bind' : missing port specification in '1.2.3.4'"),
         ("bind 1.2.3.4:", "'bind' : missing port specification in '1.2.3.4:'"),
         ("bind :abc", "'bind' : invalid port 'abc'"),
@@ -554,7 +554,7 @@ fn default_server_applies_to_following_servers() {
 
 #[test]
 fn server_errors() {
-    let kws = "addr, agent-addr, agent-check, agent-inter, agent-port, agent-send, backup, check, check-send-proxy, disabled, downinter, enabled, error-limit, fall, fastinter, id, inter, maxconn, maxqueue, no-agent-check, no-backup, no-check, no-check-send-proxy, observe, on-error, on-marked-down, on-marked-up, port, rise, slowstart, weight, pool-max-conn, pool-low-conn, pool-purge-delay";
+    let kws = "addr, agent-addr, agent-check, agent-inter, agent-port, agent-send, backup, check, check-send-proxy, disabled, downinter, enabled, error-limit, fall, fastinter, id, inter, maxconn, maxqueue, no-agent-check, no-backup, no-check, no-check-send-proxy, observe, on-error, on-marked-down, on-marked-up, port, rise, slowstart, source, weight, pool-max-conn, pool-low-conn, pool-purge-delay";
     let foo = format!("'server be/s1' : unknown keyword 'foo'. Registered keywords : {kws}.");
     let wieght = format!("'server be/s1' : unknown keyword 'wieght'; did you mean 'weight' maybe ?. Registered keywords : {kws}.");
     let cases: Vec<(&str, String)> = vec![

@@ -172,3 +172,142 @@ fn chroot_takes_one_directory_once() {
         ["parsing [t.cfg:2] : 'chroot' cannot handle unexpected argument '/b'."]
     );
 }
+
+fn sa(s: &str) -> std::net::SocketAddr {
+    s.parse().expect("socket address")
+}
+
+#[test]
+fn keepalive_backup_log_and_hash_options() {
+    let c = ok(&format!(
+        "defaults\n mode tcp\n option tcpka\n{TIMEOUTS}frontend fe\n bind 127.0.0.1:1\n default_backend be\n\
+         backend be\n option allbackups\n option log-health-checks\n hash-type consistent\n balance source\n server s 127.0.0.1:2\n\
+         listen l\n no option srvtcpka\n bind 127.0.0.1:3\n server s 127.0.0.1:4\n"
+    ))
+    .config;
+    assert!(c.frontends[0].clitcpka);
+    let be = &c.backends[0].opts;
+    assert!(be.srvtcpka && be.allbackups && be.log_health_checks);
+    assert_eq!(be.hash_type, HashType::Consistent);
+    let l = &c.backends[1].opts;
+    assert!(!l.srvtcpka, "no option srvtcpka");
+    assert!(c.frontends[1].clitcpka, "tcpka from the defaults");
+    assert!(!l.allbackups && !l.log_health_checks);
+    assert_eq!(l.hash_type, HashType::MapBased);
+
+    let c = ok(&format!(
+        "defaults\n mode tcp\n option clitcpka\n{TIMEOUTS}listen l\n bind 127.0.0.1:3\n server s 127.0.0.1:4\n"
+    ))
+    .config;
+    assert!(c.frontends[0].clitcpka && !c.backends[0].opts.srvtcpka);
+}
+
+#[test]
+fn hash_type_functions_are_warnings_and_typos_errors() {
+    let l = ok(&format!(
+        "defaults\n mode tcp\n{TIMEOUTS}backend be\n hash-type consistent sdbm avalanche\n"
+    ));
+    assert_eq!(
+        l.warnings,
+        ["parsing [t.cfg:7] : 'sdbm avalanche' ignored: shunt does not choose the hash function of 'hash-type' (it uses its own)."]
+    );
+    assert_eq!(
+        errs("backend be\n hash-type consistant\n"),
+        ["parsing [t.cfg:2] : 'hash-type' expects 'map-based' or 'consistent' (got 'consistant')."]
+    );
+    assert_eq!(
+        errs("backend be\n hash-type consistent md5\n"),
+        ["parsing [t.cfg:2] : 'hash-type' : unknown hash function 'md5' (expects 'sdbm', 'djb2', 'wt6' or 'crc32')."]
+    );
+    assert_eq!(
+        errs("frontend fe\n bind :1\n option srvtcpka\n"),
+        ["parsing [t.cfg:3] : 'option srvtcpka' not allowed because frontend 'fe' has no backend capability."]
+    );
+}
+
+#[test]
+fn bind_options_parse_and_refuse_what_a_tcp_listener_cannot_do() {
+    let c = ok(&format!(
+        "defaults\n mode tcp\n{TIMEOUTS}frontend fe\n bind 127.0.0.1:1,127.0.0.1:2 name web backlog 64 maxconn 10 defer-accept tfo transparent interface lo\n \
+         bind :::3 v6only\n bind :::4 v4v6\n default_backend be\nbackend be\n"
+    ))
+    .config;
+    let fe = &c.frontends[0];
+    assert_eq!(fe.binds.len(), 4);
+    assert_eq!(fe.bind_opts.len(), 4);
+    let web = BindOpts {
+        name: Some("web".into()),
+        backlog: Some(64),
+        maxconn: Some(10),
+        defer_accept: true,
+        tfo: true,
+        transparent: true,
+        interface: Some("lo".into()),
+        ..BindOpts::default()
+    };
+    assert_eq!(fe.bind_opts[0], web);
+    assert_eq!(
+        fe.bind_opts[1], web,
+        "one line's options apply to each address"
+    );
+    assert!(fe.bind_opts[2].v6only && !fe.bind_opts[2].v4v6);
+    assert!(fe.bind_opts[3].v4v6);
+    let one = |line: &str| {
+        let e = errs(&format!("frontend fe\n bind {line}\n bind 127.0.0.1:9\n"));
+        assert_eq!(e.len(), 1, "{line}: {e:#?}");
+        e.into_iter().next().unwrap_or_default()
+    };
+    assert_eq!(
+        one(":::1 v4v6 v6only"),
+        "parsing [t.cfg:2] : 'bind :::1' : 'v4v6' and 'v6only' cannot be used together."
+    );
+    assert_eq!(
+        one("127.0.0.1:1 backlog 0"),
+        "parsing [t.cfg:2] : 'backlog' value must be between 1 and 4194304 (was 0)"
+    );
+    assert_eq!(
+        one("127.0.0.1:1 interface averyveryverylongname"),
+        "parsing [t.cfg:2] : 'interface' : invalid interface name 'averyveryverylongname'"
+    );
+    // `accept-proxy` belongs to another change; TLS options stay unknown.
+    for kw in ["accept-proxy", "ssl"] {
+        let e = one(&format!("127.0.0.1:1 {kw}"));
+        assert!(
+            e.starts_with(&format!("parsing [t.cfg:2] : 'bind 127.0.0.1:1' unknown keyword '{kw}'. Registered keywords : backlog, defer-accept,")),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn source_applies_to_servers_without_their_own() {
+    let c = ok(&format!(
+        "defaults\n mode tcp\n source 127.0.0.2\n{TIMEOUTS}backend be\n server a 127.0.0.1:2\n server b 127.0.0.1:3 source 127.0.0.3:4000\n\
+         backend other\n source [::1]\n default-server source 127.0.0.4\n server c 127.0.0.1:5\n"
+    ))
+    .config;
+    let src = |b: usize, s: usize| c.backends[b].servers[s].source;
+    assert_eq!(src(0, 0), Some(sa("127.0.0.2:0")));
+    assert_eq!(src(0, 1), Some(sa("127.0.0.3:4000")));
+    assert_eq!(
+        src(1, 0),
+        Some(sa("127.0.0.4:0")),
+        "default-server wins over the section's"
+    );
+    let c = ok("backend be\n source ::1\n server a [::1]:2\n").config;
+    assert_eq!(c.backends[0].servers[0].source, Some(sa("[::1]:0")));
+    assert_eq!(
+        errs("backend be\n source 127.0.0.1 usesrc clientip\n"),
+        ["parsing [t.cfg:2] : 'source' : 'usesrc' is not supported by shunt (only 'source <addr>[:<port>]')."]
+    );
+    assert_eq!(
+        errs("backend be\n source 127.0.0.1:1000-2000\n"),
+        ["parsing [t.cfg:2] : 'source' : port ranges are not supported by shunt (got '127.0.0.1:1000-2000')."]
+    );
+    let e = errs("backend be\n server a 127.0.0.1:2 source nowhere\n");
+    assert_eq!(e.len(), 1);
+    assert!(
+        e[0].starts_with("parsing [t.cfg:2] : 'server be/a' : 'source' : "),
+        "{e:#?}"
+    );
+}

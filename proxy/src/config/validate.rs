@@ -54,7 +54,8 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             });
         }
         let mut binds = Vec::with_capacity(d.binds.len());
-        for (addr, loc) in &d.binds {
+        let mut bind_opts = Vec::with_capacity(d.binds.len());
+        for (addr, opts, loc) in &d.binds {
             if let Some((fe, prev)) = bound.get(addr) {
                 errors.push(ConfigError::Parse {
                     at: loc.clone(),
@@ -66,6 +67,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             }
             bound.insert(*addr, (d.name.clone(), loc.clone()));
             binds.push(*addr);
+            bind_opts.push(opts.clone());
         }
         let mut resolve = |rule: &'static str, target: &str| {
             let idx = find(target);
@@ -131,6 +133,8 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             name: d.name.clone(),
             id: proxy_id(i),
             binds,
+            bind_opts,
+            clitcpka: d.clitcpka,
             default_backend,
             use_backends,
             use_backend_conds,
@@ -267,6 +271,7 @@ fn make_backend(d: &ProxyDraft, id: u32, errors: &mut Vec<ConfigError>) -> Backe
                 },
                 line: s.loc.clone(),
                 pool: s.opts.pool,
+                source: s.opts.source.or(d.source),
             }
         })
         .collect();
@@ -282,6 +287,12 @@ fn make_backend(d: &ProxyDraft, id: u32, errors: &mut Vec<ConfigError>) -> Backe
         maxconn: d.fullconn,
         log_global: d.log_global,
         line: d.loc.clone(),
+        opts: BackendOpts {
+            srvtcpka: d.srvtcpka,
+            allbackups: d.allbackups,
+            log_health_checks: d.log_health_checks,
+            hash_type: d.hash_type,
+        },
     }
 }
 

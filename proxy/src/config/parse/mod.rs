@@ -15,6 +15,7 @@
 //! section never holds binds, servers, `acl`s, `use_backend` or `tcp-request
 //! connection` rules.
 
+mod bind;
 mod global;
 mod log;
 mod proxy;
@@ -66,6 +67,8 @@ impl Sections {
     pub const TCP_CHECK_CONNECT: Self = Self(1 << 8);
     /// The keywords after `tcp-check expect`.
     pub const TCP_CHECK_EXPECT: Self = Self(1 << 9);
+    /// The keywords after `bind ADDR`.
+    pub const BIND: Self = Self(1 << 10);
     /// Every kind of proxy section (a listen section is a frontend and a backend).
     pub const PROXIES: Self = Self::DEFAULTS.or(Self::FRONTEND).or(Self::BACKEND);
 

@@ -90,7 +90,8 @@ pub struct ProxyDraft {
     pub acls: Vec<NamedAcl>,
     /// `tcp-request connection` rules, in order.
     pub tcp_connection: Vec<TcpConnRule>,
-    pub binds: Vec<(SocketAddr, Location)>,
+    /// Each address of each `bind` line, with that line's options.
+    pub binds: Vec<(SocketAddr, BindOpts, Location)>,
     pub servers: Vec<ServerDraft>,
     pub default_server: ServerOpts,
     /// `option tcp-check`.
@@ -110,6 +111,15 @@ pub struct ProxyDraft {
     /// Where `option httplog` was set: a frontend logs with `option tcplog`
     /// instead, and validation warns as HAProxy does for a TCP frontend.
     pub httplog: Option<Location>,
+    /// `option clitcpka` / `option srvtcpka` (`option tcpka` sets both).
+    pub clitcpka: bool,
+    pub srvtcpka: bool,
+    /// `option allbackups`, `option log-health-checks`, `hash-type`.
+    pub allbackups: bool,
+    pub log_health_checks: bool,
+    pub hash_type: HashType,
+    /// `source ADDR[:PORT]` of the section, for servers without their own.
+    pub source: Option<SocketAddr>,
 }
 
 impl ProxyDraft {
@@ -144,6 +154,12 @@ impl ProxyDraft {
             load_server_state: false,
             mode_http: None,
             httplog: None,
+            clitcpka: false,
+            srvtcpka: false,
+            allbackups: false,
+            log_health_checks: false,
+            hash_type: HashType::MapBased,
+            source: None,
         }
     }
 }
@@ -280,6 +296,13 @@ pub const PROXY: &[Keyword<ProxyDraft>] = &[
     Keyword::new(&["option", "tcp-check"],          DEF_BE, Args::None,     option_tcp_check),
     Keyword::new(&["option", "tcplog"],             ALL,    Args::None,     tcplog),
     Keyword::new(&["option", "httplog"],            ALL,    Args::None,     httplog),
+    Keyword::new(&["option", "tcpka"],              ALL,    Args::None,     tcpka),
+    Keyword::new(&["option", "clitcpka"],           DEF_FE, Args::None,     clitcpka),
+    Keyword::new(&["option", "srvtcpka"],           DEF_BE, Args::None,     srvtcpka),
+    Keyword::new(&["option", "allbackups"],         DEF_BE, Args::None,     allbackups),
+    Keyword::new(&["option", "log-health-checks"],  DEF_BE, Args::None,     log_health_checks),
+    Keyword::new(&["hash-type"],                    DEF_BE, Args::Required, hash_type),
+    Keyword::new(&["source"],                       DEF_BE, Args::Required, source),
     Keyword::new(&["option", "http-server-close"],  ALL,    Args::None,     http_option),
     Keyword::new(&["option", "httpclose"],          ALL,    Args::None,     http_option),
     Keyword::new(&["option", "http-keep-alive"],    ALL,    Args::None,     http_option),
@@ -375,16 +398,12 @@ fn bind(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
             "'bind' expects [addr1]:port1[-end1]{,[addr]:port[-end]}... as arguments.".to_string(),
         );
     };
-    if let Some(opt) = l.arg(2) {
-        return Err(format!(
-            "'bind {list}' in section '{}': unknown keyword '{opt}' (shunt supports no bind options yet).",
-            d.kind.section()
-        ));
-    }
+    let args = l.args;
+    let opts = super::bind::parse(&args[2..], l)?;
     for one in list.split(',') {
         let addrs = parse_addr(one, true).map_err(|e| format!("'bind' : {e}"))?;
         d.binds
-            .extend(addrs.into_iter().map(|a| (a, l.loc.clone())));
+            .extend(addrs.into_iter().map(|a| (a, opts.clone(), l.loc.clone())));
     }
     Ok(())
 }
@@ -555,6 +574,84 @@ fn splice_request(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
 fn splice_response(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     d.splice.response = option_value(l);
     option_end(l)
+}
+
+fn tcpka(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.clitcpka = option_value(l);
+    d.srvtcpka = option_value(l);
+    option_end(l)
+}
+
+fn clitcpka(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.clitcpka = option_value(l);
+    option_end(l)
+}
+
+fn srvtcpka(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.srvtcpka = option_value(l);
+    option_end(l)
+}
+
+fn allbackups(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.allbackups = option_value(l);
+    option_end(l)
+}
+
+fn log_health_checks(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.log_health_checks = option_value(l);
+    option_end(l)
+}
+
+/// The hash functions of HAProxy's `hash-type METHOD [FUNCTION [avalanche]]`.
+const HASH_FUNCTIONS: &[&str] = &["sdbm", "djb2", "wt6", "crc32"];
+
+/// `hash-type map-based|consistent [FUNCTION [avalanche]]`. shunt hashes
+/// with one function of its own whatever is named (a warning says so): the
+/// method is what decides which keys move when the servers change.
+fn hash_type(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.hash_type = match l.arg(1) {
+        Some("map-based") => HashType::MapBased,
+        Some("consistent") => HashType::Consistent,
+        other => {
+            return Err(format!(
+                "'hash-type' expects 'map-based' or 'consistent' (got '{}').",
+                other.unwrap_or("")
+            ))
+        }
+    };
+    let mut used = 2;
+    if let Some(f) = l.arg(2) {
+        if !HASH_FUNCTIONS.contains(&f) {
+            return Err(format!(
+                "'hash-type' : unknown hash function '{f}' (expects 'sdbm', 'djb2', 'wt6' or 'crc32')."
+            ));
+        }
+        used = 3;
+        if l.arg(3) == Some("avalanche") {
+            used = 4;
+        }
+        no_extra(l.args, used, "hash-type")?;
+        let words = l.args[2..used].join(" ");
+        l.warnings.push(not_applicable(
+            l.loc,
+            &words,
+            "choose the hash function of 'hash-type' (it uses its own)",
+        ));
+    }
+    no_extra(l.args, used, "hash-type")
+}
+
+/// `source ADDR[:PORT]` in a backend or defaults section (see
+/// [`server::source_addr`]); HAProxy's `usesrc` and `interface` are refused.
+fn source(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    let v = l.arg(1).unwrap_or("");
+    d.source = Some(server::source_addr(v).map_err(|e| format!("'source' : {e}"))?);
+    if let Some(x) = l.arg(2) {
+        return Err(format!(
+            "'source' : '{x}' is not supported by shunt (only 'source <addr>[:<port>]')."
+        ));
+    }
+    Ok(())
 }
 
 fn option_tcp_check(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
