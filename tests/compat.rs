@@ -104,6 +104,7 @@ fn sample_configs_get_haproxys_verdict_or_the_documented_one() {
         // A backend left in the defaults' `mode http`: HAProxy runs it as
         // HTTP, shunt refuses it at its header.
         ("testdata/compat/http-inherited.cfg", false, true),
+        ("testdata/compat/unknown-backend.cfg", false, false),
     ];
     let haproxy = Command::new("haproxy").arg("-v").output().is_ok();
     if !haproxy {
@@ -194,4 +195,36 @@ fn debian_stock_config_runs_chrooted_forwards_answers_and_logs() {
         .expect("a traffic log line on the UNIX datagram socket");
     let line = String::from_utf8_lossy(&buf[..n]);
     assert!(line.contains("tcp_in tcp_in/s1"), "tcplog line: {line}");
+}
+
+#[test]
+fn errors_found_after_parsing_name_the_line_that_refers() {
+    let file = "testdata/compat/unknown-backend.cfg";
+    let (code, _, err) = check_config(&[Path::new(file)]);
+    assert_eq!(code, 1, "{err}");
+    let ours = parsing_lines(&err);
+    let msgs = [
+        (
+            11,
+            "Proxy 'fe': unable to find required default_backend: 'nosuch'.",
+        ),
+        (
+            12,
+            "Proxy 'fe': unable to find required use_backend: 'other'.",
+        ),
+    ];
+    let want: Vec<String> = msgs
+        .iter()
+        .map(|(line, m)| format!("parsing [{file}:{line}] : {m}"))
+        .collect();
+    assert_eq!(ours, want, "{err}");
+    match haproxy_check(Path::new(file)) {
+        None => eprintln!("SKIP the HAProxy half: no haproxy binary (apt-get install haproxy)"),
+        Some((hcode, text)) => {
+            assert_ne!(hcode, 0, "{text}");
+            for (_, m) in msgs {
+                assert!(text.contains(m), "HAProxy's own words '{m}' in: {text}");
+            }
+        }
+    }
 }

@@ -1125,20 +1125,20 @@ fn unknown_backends() {
         err1(&format!(
             "{DEFAULTS}frontend fe\n bind :80\n default_backend nope\n"
         )),
-        "Proxy 'fe': unable to find required default_backend: 'nope'."
+        "parsing [t.cfg:8] : Proxy 'fe': unable to find required default_backend: 'nope'."
     );
     assert_eq!(
         err1(&format!(
             "{DEFAULTS}frontend fe\n bind :80\n use_backend nope\n"
         )),
-        "Proxy 'fe': unable to find required use_backend: 'nope'."
+        "parsing [t.cfg:8] : Proxy 'fe': unable to find required use_backend: 'nope'."
     );
     // A frontend is not a backend.
     assert_eq!(
         err1(&format!(
             "{DEFAULTS}frontend other\n bind :81\nfrontend fe\n bind :80\n default_backend other\n"
         )),
-        "Proxy 'fe': unable to find required default_backend: 'other'."
+        "parsing [t.cfg:10] : Proxy 'fe': unable to find required default_backend: 'other'."
     );
 }
 
@@ -1189,11 +1189,11 @@ fn duplicate_bind() {
 fn frontend_without_bind() {
     assert_eq!(
         err1(&format!("{DEFAULTS}frontend fe\n")),
-        "frontend 'fe' has no 'bind' directive. Please declare it as a backend if this was intended."
+        "parsing [t.cfg:6] : frontend 'fe' has no 'bind' directive. Please declare it as a backend if this was intended."
     );
     assert_eq!(
         err1(&format!("{DEFAULTS}listen l\n server s 1.1.1.1:1\n")),
-        "frontend 'l' has no 'bind' directive. Please declare it as a backend if this was intended."
+        "parsing [t.cfg:6] : frontend 'l' has no 'bind' directive. Please declare it as a backend if this was intended."
     );
 }
 
@@ -1251,7 +1251,7 @@ qux
             "parsing [t.cfg:13]",
             "parsing [t.cfg:14]",
             "parsing [t.cfg:15]",
-            "Proxy 'fe': unable to find required default_backend: 'nope'.",
+            "parsing [t.cfg:10]",
         ],
         "{e:#?}"
     );
@@ -1824,7 +1824,7 @@ backend be
 #[test]
 fn log_and_ring_errors() {
     let cases: &[(&str, &str)] = &[
-        ("global\n log ring@nope local0\n", "parsing [global:0] : global section: log: unknown ring 'nope'."),
+        ("global\n log ring@nope local0\n", "parsing [t.cfg:2] : global section: log: unknown ring 'nope'."),
         ("ring r\n server s 127.0.0.1\n", "parsing [t.cfg:2] : 'server s' : missing port specification in '127.0.0.1'"),
         ("ring r\n server s 127.0.0.1:1 log-proto x\n", "parsing [t.cfg:2] : 'log-proto' expects one of 'legacy' or 'octet-count' (got 'x')."),
         ("ring r\n size 10\n", "parsing [t.cfg:2] : 'size' value must be between 1024 and 67108864 (was 10)"),
@@ -1949,7 +1949,10 @@ fn conditional_use_backend_keeps_unknown_backend_check() {
     ));
     assert_eq!(
         e,
-        vec!["Proxy 'fe': unable to find required use_backend: 'nope'.".to_string()]
+        vec![
+            "parsing [t.cfg:8] : Proxy 'fe': unable to find required use_backend: 'nope'."
+                .to_string()
+        ]
     );
 }
 

@@ -19,6 +19,7 @@ use super::{ConfigError, Loaded};
 pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
     let mut errors = p.errors;
     let mut warnings = p.warnings;
+    let log_locs = p.global.log_locs;
     let mut global = p.global.global;
     if !p.global.maxpipes_set {
         global.maxpipes = global.maxconn / 4;
@@ -50,6 +51,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
         }
         if d.binds.is_empty() {
             errors.push(ConfigError::NoBind {
+                at: d.loc.clone(),
                 name: d.name.clone(),
             });
         }
@@ -69,10 +71,11 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             binds.push(*addr);
             bind_opts.push(opts.clone());
         }
-        let mut resolve = |rule: &'static str, target: &str| {
+        let mut resolve = |rule: &'static str, target: &str, at: &Location| {
             let idx = find(target);
             if idx.is_none() {
                 errors.push(ConfigError::UnknownBackend {
+                    at: at.clone(),
                     proxy: d.name.clone(),
                     rule,
                     target: target.to_string(),
@@ -81,7 +84,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             idx
         };
         let default_backend = match &d.default_backend {
-            Some((name, _)) => resolve("default_backend", name),
+            Some((name, at)) => resolve("default_backend", name, at),
             // A listen section forwards to its own servers.
             None if d.kind == Kind::Listen => own_backend[i],
             None => None,
@@ -94,7 +97,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             use_backend_conds.push(complete(cond, &d.acls));
             match rule {
                 UseBackendDraft::Name(name) => {
-                    if let Some(i) = resolve("use_backend", name) {
+                    if let Some(i) = resolve("use_backend", name, loc) {
                         use_backends.push(UseBackend::Static(i));
                     }
                 }
@@ -180,7 +183,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
         }
     }
 
-    check_log_rings(&global, &proxies, &mut errors);
+    check_log_rings(&global, &log_locs, &proxies, &mut errors);
 
     if !errors.is_empty() {
         return Err(errors);
@@ -359,29 +362,31 @@ fn traffic_log(d: &ProxyDraft, global_logs: &[LogTarget]) -> ProxyLog {
     }
 }
 
-/// Every `log ring@NAME` names a declared ring.
-fn check_log_rings(global: &Global, proxies: &[ProxyDraft], errors: &mut Vec<ConfigError>) {
+/// Every `log ring@NAME` names a declared ring; an error names the `log`
+/// line (`log_locs`: the global section's, in order).
+fn check_log_rings(
+    global: &Global,
+    log_locs: &[Location],
+    proxies: &[ProxyDraft],
+    errors: &mut Vec<ConfigError>,
+) {
     let known = |name: &str| global.rings.iter().any(|r| r.name == name);
     let mut missing: Vec<(String, String, Location)> = Vec::new();
-    for t in &global.logs {
+    for (t, at) in global.logs.iter().zip(log_locs) {
         if let LogDest::Ring(n) = &t.dest {
             if !known(n) {
-                let at = Location {
-                    file: "global".to_string(),
-                    line: 0,
-                };
-                missing.push(("global section".to_string(), n.clone(), at));
+                missing.push(("global section".to_string(), n.clone(), at.clone()));
             }
         }
     }
     for d in proxies {
-        for t in &d.logs {
+        for (t, at) in d.logs.iter().zip(&d.log_locs) {
             if let LogDest::Ring(n) = &t.dest {
                 if !known(n) {
                     missing.push((
                         format!("{} '{}'", d.kind.type_str(), d.name),
                         n.clone(),
-                        d.loc.clone(),
+                        at.clone(),
                     ));
                 }
             }

@@ -28,6 +28,9 @@ pub struct GlobalDraft {
     pub global: Global,
     /// `maxpipes` was given (otherwise validation derives it from `maxconn`).
     pub maxpipes_set: bool,
+    /// The line of each of `global.logs`, same index (for the checks that
+    /// validation runs on them).
+    pub log_locs: Vec<Location>,
 }
 
 impl Scope for GlobalDraft {
@@ -253,6 +256,7 @@ fn log(g: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String> {
         return Err("log : expects <address> and <facility> as arguments".to_string());
     }
     g.global.logs.push(super::log::log_target(&l.args[1..])?);
+    g.log_locs.push(l.loc.clone());
     Ok(())
 }
 

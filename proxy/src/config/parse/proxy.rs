@@ -77,8 +77,9 @@ pub struct ProxyDraft {
     pub redispatch: bool,
     pub splice: SpliceOpts,
     pub log_global: bool,
-    /// Own `log` lines.
+    /// Own `log` lines, and the line of each (same index).
     pub logs: Vec<LogTarget>,
+    pub log_locs: Vec<Location>,
     /// `option tcplog`, `option dontlognull`, `log-format`.
     pub tcplog: bool,
     pub dontlognull: bool,
@@ -137,6 +138,7 @@ impl ProxyDraft {
             splice: SpliceOpts::default(),
             log_global: false,
             logs: Vec::new(),
+            log_locs: Vec::new(),
             tcplog: false,
             dontlognull: false,
             log_format: None,
@@ -724,6 +726,7 @@ fn no(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
         Some("log") => {
             d.log_global = false;
             d.logs.clear();
+            d.log_locs.clear();
             no_extra(l.args, 2, "no log")
         }
         _ => Err("'no' is only supported before 'option' and 'log'.".to_string()),
@@ -736,6 +739,7 @@ fn log(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
         return Err("log : expects <address> and <facility> or global as arguments".to_string());
     }
     d.logs.push(log_target(&l.args[1..])?);
+    d.log_locs.push(l.loc.clone());
     Ok(())
 }
 
