@@ -430,6 +430,12 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         b.attach_verdict()
             .map_err(|e| DaemonError::Attach(e.to_string()))?;
     }
+    if let (Some(b), Some(t)) = (crate::handoff::sockmap::kernel(), &drop_to) {
+        // Not fatal: the pins would only outlive a final stop.
+        if let Err(e) = b.hand_pins_to(t.uid(), t.gid()) {
+            tracing::warn!(error = %e, "cannot give the BPF pin directory to the configured user: a final stop will leave the pins");
+        }
+    }
     enter_chroot(&config)?;
     drop_privileges(drop_to.as_ref())?;
     // Threads started after the drop hold no capability.

@@ -112,6 +112,18 @@ pub struct Target {
     gid: Gid,
 }
 
+impl Target {
+    /// The uid the drop switches to (`None`: only the group changes).
+    pub fn uid(&self) -> Option<Uid> {
+        self.user.as_ref().map(|u| u.uid)
+    }
+
+    /// The gid the drop switches to.
+    pub fn gid(&self) -> Gid {
+        self.gid
+    }
+}
+
 /// Look `user` and `group` up, so that a start-up can fail on them before
 /// it touches anything; `None` when neither is given (nothing to drop).
 pub fn resolve(user: Option<&str>, group: Option<&str>) -> Result<Option<Target>, CapsError> {
