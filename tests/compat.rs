@@ -293,3 +293,64 @@ fn a_chroot_that_cannot_be_entered_fails_the_start() {
     );
     assert!(!err.contains("shunt started"), "{err}");
 }
+
+#[test]
+fn a_chrooted_process_hands_its_sockets_to_a_successor() {
+    use shunt_tests::reload::{backend, frontend, pid_in, plain, reload_global, tcp_defaults};
+    if !can_run_as_root("a_chrooted_process_hands_its_sockets_to_a_successor") {
+        return;
+    }
+    let server = Server::echo();
+    let shared = TempDir::new("chroot-reload");
+    let jail = TempDir::new("jail");
+    let port = free_port();
+    let extra = format!(
+        "    chroot {}\n    user nobody\n    group nogroup\n",
+        jail.path().display()
+    );
+    let cfg = format!(
+        "{}{}{}{}",
+        reload_global(shared.path(), true, &extra),
+        tcp_defaults("30s"),
+        frontend("fe", port, "", "be"),
+        backend("be", server.addr)
+    );
+    let sock = shared.path().join("admin.sock");
+    let pidfile = shared.path().join("shunt.pid");
+    let mut old = Shunt::start(&cfg, &[]);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let echo = |what: &str| {
+        let mut c = connect(addr);
+        c.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        c.write_all(b"ping").expect("send");
+        let mut b = [0u8; 4];
+        c.read_exact(&mut b)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(&b, b"ping");
+    };
+    echo("the first process");
+    let (sock_s, old_pid) = (sock.display().to_string(), old.pid().to_string());
+    let new = Shunt::start(&cfg, &["-x", &sock_s, "-sf", &old_pid]);
+    let log = plain(&new.stderr());
+    assert!(
+        log.contains("took the listening sockets of the old process"),
+        "{log}"
+    );
+    assert_eq!(
+        old.wait(Duration::from_secs(10)),
+        Some(0),
+        "the old process: {}",
+        old.stderr()
+    );
+    echo("the successor");
+    let root = std::fs::read_link(format!("/proc/{}/root", new.pid())).expect("root link");
+    assert_eq!(root, jail.path(), "the successor chrooted too");
+    assert_eq!(
+        pid_in(&pidfile),
+        new.pid(),
+        "the pidfile names the successor"
+    );
+    let info = show_info(&sock);
+    assert_eq!(info.get("Pid"), Some(&new.pid().to_string()));
+}
