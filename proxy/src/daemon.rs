@@ -328,10 +328,11 @@ fn load_bpf(config: &Config, mode: ForwardMode, reloading: bool) -> Result<Strin
 ///    listening socket the configuration names (frontends, the Prometheus
 ///    exporter, stats sockets at temporary paths), load BPF (a successor
 ///    leaves the shared SOCKHASH's verdict as it is), open the log targets,
-///    check the user and group, connect to the old process for the
+///    look the user and group up (before a `chroot` hides their database), connect to the old process for the
 ///    take-over, open the pidfile, build the runtime state.
 /// 2. **Publish** — move fresh stats sockets into place (atomic renames),
-///    attach the verdict, drop privileges, start the log, metrics and
+///    attach the verdict, give the BPF pin directory to `user`, enter the
+///    `chroot`, drop privileges, start the log, metrics and
 ///    worker threads with accepting held. Only steps that do not fail in
 ///    practice remain here; the old process is still untouched.
 /// 3. **Take over** — ask the old process for its kernel flows and commit
