@@ -157,6 +157,27 @@ fn log_health_checks_logs_each_result_that_moves_the_health() {
         at(failed) < at("Server l/s is DOWN"),
         "the check's line comes before the transition's, as HAProxy's"
     );
+
+    // The server comes up: each pass moves the health, as HAProxy logs it.
+    let addr = dead.addr;
+    drop(dead);
+    let listener = shunt_testkit::listen_deep(addr).expect("listen where the server was");
+    let _server = Server::serve(listener, |mut s| echo_until_eof(&mut s));
+    eventually("the server UP", SETTLE, || {
+        shunt.stderr().contains("Server l/s is UP")
+    });
+    let err = shunt.stderr();
+    let passed =
+        "Health check for server l/s succeeded, reason: Layer4 check passed, check duration: ";
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains(passed)).collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(lines[0].ends_with("ms, status: 1/2 DOWN."), "{}", lines[0]);
+    assert!(lines[1].ends_with("ms, status: 3/3 UP."), "{}", lines[1]);
+    assert!(at_in(&err, lines[1]) < at_in(&err, "Server l/s is UP"));
+}
+
+fn at_in(text: &str, needle: &str) -> usize {
+    text.find(needle).expect("logged")
 }
 
 #[test]
