@@ -343,7 +343,9 @@ fn lookup_group(name: &str) -> Result<Gid, CapsError> {
 }
 
 /// Threads of this process; 1 if /proc cannot be read (then the check is
-/// skipped rather than refusing to start).
+/// skipped rather than refusing to start). After a `chroot` /proc is gone,
+/// so there the daemon's order (no thread starts before the drop) is what
+/// holds the invariant, not this check.
 fn thread_count() -> usize {
     std::fs::read_dir(TASK_DIR).map_or(1, |d| d.count().max(1))
 }
