@@ -57,8 +57,8 @@ const MALFORMED: &[(&str, &str, &str)] = &[
     ("outside.cfg", "\n# comment\nfoo bar\n", "parsing [{f}:3] : unknown keyword 'foo' out of section."),
     (
         "http.cfg",
-        "defaults\n    mode http\n",
-        "parsing [{f}:2] : 'mode http' is not supported by shunt (TCP only).",
+        "defaults\n    mode http\nbackend be\n",
+        "parsing [{f}:3] : backend 'be' inherits 'mode http' from the defaults section at [{f}:2], and shunt does not speak HTTP: add 'mode tcp'.",
     ),
     (
         "server_kw.cfg",

@@ -62,6 +62,12 @@ pub enum DaemonError {
     BpfRequired(String),
     #[error("cannot install the signal handlers: {0}")]
     Signals(std::io::Error),
+    /// HAProxy's wording: `[haproxy.main()] Cannot chroot(DIR).`
+    #[error("Cannot chroot({}): {source}", dir.display())]
+    Chroot {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot drop privileges: {0}")]
     Privileges(String),
     #[error("cannot attach the BPF verdict to the reused maps: {0}")]
@@ -206,15 +212,17 @@ impl Drop for PidFile {
 /// call, so the kernel is asked ([`crate::sys::caps::held_bpf_fd_needs_cap`])
 /// and CAP_BPF is kept only if it says so. Everything else (binding, the
 /// stats socket, the pidfile, map creation and program load) happened before.
-fn drop_privileges(config: &Config, kernel_loaded: bool) -> Result<(), DaemonError> {
+///
+/// The accounts were looked up in stage 1 (`target`), before a `chroot`
+/// hid the password database.
+fn drop_privileges(
+    target: Option<&crate::sys::caps::Target>,
+    kernel_loaded: bool,
+) -> Result<(), DaemonError> {
     use crate::sys::caps::{self, Cap};
-    let (user, group) = (
-        config.global.user.as_deref(),
-        config.global.group.as_deref(),
-    );
-    if user.is_none() && group.is_none() {
+    let Some(target) = target else {
         return Ok(());
-    }
+    };
     // The one fact of whether BPF loaded is the loaded handle itself.
     let (keep, why): (Vec<Cap>, String) = match kernel_loaded {
         true => match caps::held_bpf_fd_needs_cap() {
@@ -239,13 +247,30 @@ fn drop_privileges(config: &Config, kernel_loaded: bool) -> Result<(), DaemonErr
             "BPF not loaded; userspace forwarding needs no capability".to_string(),
         ),
     };
-    caps::drop_to(user, group, &keep).map_err(|e| DaemonError::Privileges(e.to_string()))?;
+    caps::drop_resolved(target, &keep).map_err(|e| DaemonError::Privileges(e.to_string()))?;
     tracing::info!(
         uid = %nix::unistd::getuid(),
         gid = %nix::unistd::getgid(),
         kept = %caps::names(&caps::current_effective()),
         "dropped privileges: {why}"
     );
+    Ok(())
+}
+
+/// `chroot DIR`: after every socket and file of the start is open (listeners,
+/// stats sockets in place, log sockets, the pidfile, the server-state file
+/// read, BPF loaded and pinned) and before the privilege drop, as HAProxy.
+/// What the process still opens by path afterwards resolves inside DIR:
+/// docs/configuration.md ("chroot") lists it.
+fn enter_chroot(config: &Config) -> Result<(), DaemonError> {
+    let Some(dir) = &config.global.chroot else {
+        return Ok(());
+    };
+    crate::sys::root::enter(dir).map_err(|source| DaemonError::Chroot {
+        dir: dir.clone(),
+        source,
+    })?;
+    tracing::info!(dir = %dir.display(), "chrooted");
     Ok(())
 }
 
@@ -307,10 +332,11 @@ fn load_bpf(
 ///    listening socket the configuration names (frontends, the Prometheus
 ///    exporter, stats sockets at temporary paths), load BPF (a successor
 ///    leaves the shared SOCKHASH's verdict as it is), open the log targets,
-///    check the user and group, connect to the old process for the
+///    look the user and group up (before a `chroot` hides their database), connect to the old process for the
 ///    take-over, open the pidfile, build the runtime state.
 /// 2. **Publish** — move fresh stats sockets into place (atomic renames),
-///    attach the verdict, drop privileges, start the log, metrics and
+///    attach the verdict, give the BPF pin directory to `user`, enter the
+///    `chroot`, drop privileges, start the log, metrics and
 ///    worker threads with accepting held. Only steps that do not fail in
 ///    practice remain here; the old process is still untouched.
 /// 3. **Take over** — ask the old process for its kernel flows and commit
@@ -353,7 +379,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     let mut cli_sockets = crate::cli::Sockets::bind(&config, &mut inherited, handover.clone())?;
     inherited.close_rest();
     let log = crate::log::open(&config)?;
-    crate::sys::caps::check_names(
+    let drop_to = crate::sys::caps::resolve(
         config.global.user.as_deref(),
         config.global.group.as_deref(),
     )
@@ -405,7 +431,14 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
             .attach_verdict()
             .map_err(|e| DaemonError::Attach(e.to_string()))?;
     }
-    drop_privileges(&config, kernel.is_some())?;
+    if let (Some(b), Some(t)) = (kernel, &drop_to) {
+        // Not fatal: the pins would only outlive a final stop.
+        if let Err(e) = b.bpf().hand_pins_to(t.uid(), t.gid()) {
+            tracing::warn!(error = %e, "cannot give the BPF pin directory to the configured user: a final stop will leave the pins");
+        }
+    }
+    enter_chroot(&config)?;
+    drop_privileges(drop_to.as_ref(), kernel.is_some())?;
     // Threads started after the drop hold no capability.
     if let Some(log) = log {
         log.start(&state.log)?;
@@ -687,15 +720,21 @@ async fn worker_main(
     }
 }
 
-/// Wait until a new flow fits (true), or the process stops running (false).
-async fn wait_for_room(state: &Runtime, fe_idx: usize, phase: &mut watch::Receiver<Phase>) -> bool {
+/// Wait until a new flow fits (true), or the process stops running (false):
+/// the global, frontend and listener (`bind ... maxconn`) limits.
+async fn wait_for_room(
+    state: &Runtime,
+    fe_idx: usize,
+    bind: usize,
+    phase: &mut watch::Receiver<Phase>,
+) -> bool {
     loop {
         if *phase.borrow() != Phase::Running {
             return false;
         }
-        if state
-            .admission
-            .has_room(fe_idx, state.stats.frontends[fe_idx].scur())
+        let a = &state.admission;
+        if a.has_room(fe_idx, state.stats.frontends[fe_idx].scur())
+            && a.listener_has_room(fe_idx, bind)
         {
             return true;
         }
@@ -735,7 +774,7 @@ async fn accept_loop(state: Arc<Runtime>, fe_idx: usize, bind: usize, listener: 
             continue;
         }
         // Stop accepting while full: the kernel keeps new clients in the backlog.
-        if !wait_for_room(&state, fe_idx, &mut phase).await {
+        if !wait_for_room(&state, fe_idx, bind, &mut phase).await {
             break;
         }
         let accepted = tokio::select! {
@@ -754,12 +793,12 @@ async fn accept_loop(state: Arc<Runtime>, fe_idx: usize, bind: usize, listener: 
                 // A client accepted just as a soft stop (a reload) began is served
                 // all the same: dropping it would reset a connection the kernel
                 // already completed.
-                if !wait_for_room(&state, fe_idx, &mut phase).await
+                if !wait_for_room(&state, fe_idx, bind, &mut phase).await
                     && *phase.borrow() == Phase::HardStop
                 {
                     break;
                 }
-                let guard = ConnGuard::new(state.clone());
+                let guard = ConnGuard::accepted(state.clone(), fe_idx, bind);
                 let st = state.clone();
                 // Owned by the future: aborting the task unregisters the flow.
                 // A hard stop aborts it through the registry (`worker_main`).

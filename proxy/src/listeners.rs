@@ -19,10 +19,14 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
-use crate::config::Config;
+use crate::config::{BindOpts, Config};
 
-/// Listen backlog per socket (HAProxy uses maxconn; the kernel caps it at somaxconn).
+/// Listen backlog per socket without `backlog` (HAProxy uses maxconn; the
+/// kernel caps it at somaxconn).
 const LISTEN_BACKLOG: i32 = 1024;
+/// `defer-accept`'s `TCP_DEFER_ACCEPT` delay, HAProxy's: one second (the
+/// kernel turns it into a count of SYN-ACK retransmissions).
+const DEFER_ACCEPT_SECS: libc::c_int = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
@@ -32,6 +36,16 @@ pub enum ListenError {
     Bind {
         what: String,
         addr: SocketAddr,
+        reason: String,
+        source: std::io::Error,
+    },
+    /// A `bind` option the kernel refused: `Starting frontend fe: cannot
+    /// make listener socket transparent (Operation not permitted) [addr]`.
+    #[error("Starting {what}: {step} ({reason}) [{addr}]")]
+    Option {
+        what: String,
+        addr: SocketAddr,
+        step: &'static str,
         reason: String,
         source: std::io::Error,
     },
@@ -60,17 +74,52 @@ fn errno_text(e: &std::io::Error) -> String {
 
 /// Bind one TCP listener on `addr` (`SO_REUSEADDR`, `SO_REUSEPORT`, non-blocking).
 pub fn bind_tcp(addr: SocketAddr) -> std::io::Result<StdListener> {
+    bind_tcp_with(addr, &BindOpts::default()).map_err(|(_, e)| e)
+}
+
+/// What failed in [`bind_tcp_with`]: a `bind` option's step (HAProxy's
+/// words for it), or `None` for the socket, bind or listen themselves.
+type BindFailure = (Option<&'static str>, std::io::Error);
+
+/// [`bind_tcp`] with a `bind` line's options: `v6only` (else an IPv6 socket
+/// takes IPv4 too, HAProxy's default and `v4v6`), `interface`
+/// (`SO_BINDTODEVICE`), `transparent`, `backlog`, `defer-accept`, `tfo`
+/// (its queue as long as the backlog). `name` and `maxconn` are the accept
+/// loop's.
+pub fn bind_tcp_with(addr: SocketAddr, opts: &BindOpts) -> Result<StdListener, BindFailure> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    sock.set_reuse_address(true)?;
-    sock.set_reuse_port(true)?;
+    use std::os::fd::AsFd;
+    let plain = |e| (None, e);
+    let sock =
+        Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(plain)?;
+    sock.set_reuse_address(true).map_err(plain)?;
+    sock.set_reuse_port(true).map_err(plain)?;
     if addr.is_ipv6() {
-        // `:::PORT` means both families, as HAProxy's default v4v6 behaviour.
-        sock.set_only_v6(false)?;
+        sock.set_only_v6(opts.v6only)
+            .map_err(|e| (Some("cannot set IPV6_V6ONLY"), e))?;
     }
-    sock.set_nonblocking(true)?;
-    sock.bind(&addr.into())?;
-    sock.listen(LISTEN_BACKLOG)?;
+    if let Some(dev) = &opts.interface {
+        sock.bind_device(Some(dev.as_bytes()))
+            .map_err(|e| (Some("cannot bind listener to device"), e))?;
+    }
+    if opts.transparent {
+        crate::sys::sock::set_transparent(sock.as_fd(), addr.is_ipv6())
+            .map_err(|e| (Some("cannot make listener socket transparent"), e))?;
+    }
+    sock.set_nonblocking(true).map_err(plain)?;
+    sock.bind(&addr.into()).map_err(plain)?;
+    let backlog = opts
+        .backlog
+        .map_or(LISTEN_BACKLOG, |b| i32::try_from(b).unwrap_or(i32::MAX));
+    if opts.defer_accept {
+        crate::sys::sock::set_defer_accept(sock.as_fd(), DEFER_ACCEPT_SECS)
+            .map_err(|e| (Some("cannot enable DEFER_ACCEPT"), e))?;
+    }
+    if opts.tfo {
+        crate::sys::sock::set_fastopen(sock.as_fd(), backlog)
+            .map_err(|e| (Some("cannot enable TCP_FASTOPEN"), e))?;
+    }
+    sock.listen(backlog).map_err(plain)?;
     Ok(sock.into())
 }
 
@@ -181,8 +230,12 @@ pub fn bind_frontends(
     inherited: &mut Inherited,
 ) -> Result<Vec<ThreadListeners>, ListenError> {
     let mut per_thread: Vec<ThreadListeners> = (0..nbthread).map(|_| Vec::new()).collect();
+    let default_opts = BindOpts::default();
     for (fi, fe) in config.frontends.iter().enumerate() {
         for (bi, &addr) in fe.binds.iter().enumerate() {
+            let opts = fe.bind_opts.get(bi).unwrap_or(&default_opts);
+            let what = || format!("frontend {}", fe.name);
+            // Inherited sockets keep the options their process set.
             let mut taken = inherited.take_tcp(addr);
             let adopted = taken.len();
             // The first bind may pick a port (port 0); siblings join the same one.
@@ -190,8 +243,16 @@ pub fn bind_frontends(
             for list in per_thread.iter_mut() {
                 let l = match taken.pop() {
                     Some(l) => l,
-                    None => bind_tcp(actual)
-                        .map_err(|e| ListenError::bind(format!("frontend {}", fe.name), addr, e))?,
+                    None => bind_tcp_with(actual, opts).map_err(|(step, e)| match step {
+                        None => ListenError::bind(what(), addr, e),
+                        Some(step) => ListenError::Option {
+                            what: what(),
+                            addr,
+                            step,
+                            reason: errno_text(&e),
+                            source: e,
+                        },
+                    })?,
                 };
                 if let Ok(a) = l.local_addr() {
                     actual = a;
@@ -203,7 +264,8 @@ pub fn bind_frontends(
             for (i, l) in taken.into_iter().enumerate() {
                 per_thread[i % nbthread].push((fi, bi, l));
             }
-            tracing::info!(frontend = %fe.name, addr = %actual, inherited = adopted, "listening");
+            let name = opts.name.as_deref().unwrap_or("");
+            tracing::info!(frontend = %fe.name, addr = %actual, listener = %name, inherited = adopted, "listening");
         }
     }
     Ok(per_thread)
@@ -266,6 +328,78 @@ mod tests {
         assert_eq!(configured_path(&p("/run/a.sock")), p("/run/a.sock"));
         assert_eq!(configured_path(&p("/run/a.x.tmp")), p("/run/a.x.tmp"));
         assert_eq!(configured_path(&p("/run/.1.tmp")), p("/run/.1.tmp"));
+    }
+
+    fn is_root() -> bool {
+        nix::unistd::geteuid().is_root()
+    }
+
+    #[test]
+    fn bind_options_are_set_on_the_socket() {
+        use crate::sys::sock::int_opt;
+        let opts = BindOpts {
+            defer_accept: true,
+            tfo: true,
+            backlog: Some(77),
+            v6only: true,
+            ..BindOpts::default()
+        };
+        let l = bind_tcp_with("[::]:0".parse().unwrap(), &opts).expect("bind [::]:0");
+        let fd = l.as_fd();
+        assert_eq!(
+            int_opt(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY).unwrap(),
+            1
+        );
+        assert_ne!(
+            int_opt(fd, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT).unwrap(),
+            0
+        );
+        assert_eq!(
+            int_opt(fd, libc::IPPROTO_TCP, libc::TCP_FASTOPEN).unwrap(),
+            77,
+            "the TFO queue is the backlog"
+        );
+        let plain = bind_tcp("[::]:0".parse().unwrap()).expect("bind [::]:0");
+        let fd = plain.as_fd();
+        assert_eq!(
+            int_opt(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY).unwrap(),
+            0,
+            "v4v6 by default"
+        );
+        assert_eq!(
+            int_opt(fd, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT).unwrap(),
+            0
+        );
+        assert_eq!(
+            int_opt(fd, libc::IPPROTO_TCP, libc::TCP_FASTOPEN).unwrap(),
+            0
+        );
+    }
+
+    #[test]
+    fn privileged_bind_options_are_set_or_refused_with_their_step() {
+        let opts = BindOpts {
+            transparent: true,
+            interface: Some("lo".into()),
+            ..BindOpts::default()
+        };
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        match bind_tcp_with(addr, &opts) {
+            Ok(l) => {
+                assert!(is_root(), "transparent needs CAP_NET_ADMIN");
+                let fd = l.as_fd();
+                assert_eq!(
+                    crate::sys::sock::int_opt(fd, libc::SOL_IP, libc::IP_TRANSPARENT).unwrap(),
+                    1
+                );
+                let dev = socket2::SockRef::from(&l).device().unwrap();
+                assert_eq!(dev.as_deref(), Some(&b"lo"[..]));
+            }
+            Err((step, e)) => {
+                assert!(!is_root(), "refused as root: {step:?} {e}");
+                assert!(step.is_some(), "an option's step: {e}");
+            }
+        }
     }
 
     #[test]

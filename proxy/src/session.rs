@@ -25,7 +25,7 @@ use crate::config::{
     AclCtx, Backend, ForwardMode, Frontend, ProxyVersion, TcpConnAction, UseBackend,
 };
 use crate::handoff::{self, End, Meter, Mode, Plan, Promote};
-use crate::lb::spares::ConnectError;
+use crate::lb::spares::{ConnectError, ConnectOpts};
 use crate::lb::AcquireError;
 use crate::log::format::{Cause, Phase as LogPhase};
 use crate::log::FlowGuard;
@@ -348,6 +348,7 @@ fn choose_plan(state: &Runtime, fe: &Frontend, be: &Backend) -> Plan {
 async fn connect_server(
     rt: &crate::lb::ServerRt,
     timeout: Option<Duration>,
+    opts: ConnectOpts,
     header: Option<&Encoded>,
 ) -> Result<TcpStream, ConnectError> {
     let addr = rt.addr();
@@ -375,13 +376,13 @@ async fn connect_server(
     let mut addr = addr;
     for _ in 0..MAX_ADDR_CHANGE_RETRIES {
         let gen = rt.addr_gen();
-        let s = crate::lb::spares::connect(addr, timeout).await?;
+        let s = crate::lb::spares::connect(addr, timeout, opts).await?;
         if rt.addr_gen() == gen {
             return with_header(s, addr, header, timeout).await;
         }
         addr = rt.addr();
     }
-    let s = crate::lb::spares::connect(addr, timeout).await?;
+    let s = crate::lb::spares::connect(addr, timeout, opts).await?;
     with_header(s, addr, header, timeout).await
 }
 
@@ -492,6 +493,12 @@ pub async fn run(
     let mut log = FlowGuard::accepted_at(&state, fe_idx, peer, dst, accepted);
     fe_ctr.event(Event::Session);
     let _fe_open = Open::new(fe_ctr);
+    if fe.clitcpka {
+        // `option clitcpka`: a failure only loses the probes, not the flow.
+        if let Err(e) = socket2::SockRef::from(&client).set_keepalive(true) {
+            tracing::debug!(frontend = %fe.name, %peer, error = %e, "cannot set SO_KEEPALIVE");
+        }
+    }
 
     let Some(be_idx) = route(&state, fe, peer, dst, &client).await else {
         tracing::debug!(frontend = %fe.name, %peer, "no backend to route to; closing");
@@ -545,11 +552,14 @@ pub async fn run(
         let srv_idx = s.index();
         let srv_ctr = &state.stats.servers[be_idx][srv_idx];
         log.assigned(srv_idx);
+        let opts = ConnectOpts::of(be, &be.servers[s.index()]);
+
         let header = be
             .servers
             .get(srv_idx)
             .and_then(|c| proxy_header(c.send_proxy.version(), peer, dst));
-        let connected = connect_server(s.server(), be.timeouts.connect, header.as_ref()).await;
+        let connected =
+            connect_server(s.server(), be.timeouts.connect, opts, header.as_ref()).await;
         crate::checks::observe::report(&state, be_idx, srv_idx, connected.is_ok());
         match connected {
             Ok(conn) => {

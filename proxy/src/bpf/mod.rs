@@ -371,6 +371,10 @@ pub struct Bpf {
     logger: Mutex<Option<EbpfLogger<TracingForward>>>,
     /// Where the maps are pinned (`None`: not pinned).
     pinned: Option<PathBuf>,
+    /// The pin directory and its parent, held open from the load: the pins
+    /// are removed through them, so a final stop inside a `chroot`, where
+    /// `pinned` resolves elsewhere, still removes them.
+    pin_dirs: Option<(std::fs::File, std::fs::File)>,
     /// The maps were a predecessor's (opened from their pins).
     reused: bool,
     /// The verdict is attached to the SOCKHASH (deferred for reused maps).
@@ -459,6 +463,7 @@ impl Bpf {
             logger: Mutex::new(logger),
             reused,
             attached: std::sync::atomic::AtomicBool::new(!reused),
+            pin_dirs: pins.as_ref().and_then(|(dir, _)| open_pin_dirs(dir)),
             pinned: pins.map(|(dir, _)| dir),
         })
     }
@@ -495,13 +500,40 @@ impl Bpf {
     /// Remove the pins (the process stops for good: no successor took its
     /// maps). The maps go when their last holder closes them.
     pub fn unpin(&self) {
+        use nix::unistd::{unlinkat, UnlinkatFlags};
+        use std::os::fd::AsRawFd;
         let Some(dir) = &self.pinned else {
             return;
         };
+        let Some((fd, parent)) = &self.pin_dirs else {
+            for m in PINNED_MAPS {
+                let _ = std::fs::remove_file(dir.join(m));
+            }
+            let _ = std::fs::remove_dir(dir);
+            return;
+        };
         for m in PINNED_MAPS {
-            let _ = std::fs::remove_file(dir.join(m));
+            let _ = unlinkat(Some(fd.as_raw_fd()), m, UnlinkatFlags::NoRemoveDir);
         }
-        let _ = std::fs::remove_dir(dir);
+        if let Some(name) = dir.file_name() {
+            let _ = unlinkat(Some(parent.as_raw_fd()), name, UnlinkatFlags::RemoveDir);
+        }
+    }
+
+    /// Give the pin directory to `uid`/`gid` before the process drops to
+    /// them, so that [`Bpf::unpin`] can still remove the pins in it (their
+    /// directory is root's otherwise). The directory itself stays: removing
+    /// it needs write access to [`PIN_ROOT`], which is not handed out; a
+    /// fresh start reuses it.
+    pub fn hand_pins_to(
+        &self,
+        uid: Option<nix::unistd::Uid>,
+        gid: nix::unistd::Gid,
+    ) -> nix::Result<()> {
+        match &self.pinned {
+            Some(dir) => nix::unistd::chown(dir, uid, Some(gid)),
+            None => Ok(()),
+        }
     }
 
     /// Whether the maps were opened from a predecessor's pins.
@@ -726,6 +758,16 @@ impl Bpf {
     fn delete_raw(&self, key: SockKey) -> std::io::Result<()> {
         bpf_sys::delete(raw_fd(&self.socks), &key)
     }
+}
+
+/// The pin directory `dir` and its parent, opened (read-only, close-on-exec)
+/// for [`Bpf::unpin`]; `None` (the paths are used then) if either fails.
+fn open_pin_dirs(dir: &Path) -> Option<(std::fs::File, std::fs::File)> {
+    let parent = dir.parent()?;
+    Some((
+        std::fs::File::open(dir).ok()?,
+        std::fs::File::open(parent).ok()?,
+    ))
 }
 
 /// Make the pin directory and, unless reusing, remove stale pins. Returns the

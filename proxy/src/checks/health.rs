@@ -44,13 +44,80 @@ pub async fn run(t: Arc<Target>, first: Duration) {
 
 /// Record one health-check result and act on it.
 pub fn apply(t: &Target, out: &Outcome, duration: Duration) {
+    let prev = t.server.check_report().status;
     t.server
         .record_check(out.status, out.code, duration, &out.desc);
     if let Some(passed) = out.status.passed() {
+        if t.log_health_checks {
+            let s = &t.server;
+            let was = Health {
+                health: s.health(),
+                up: s.is_up(),
+                rise: s.rise(),
+                fall: s.fall(),
+            };
+            if let Some(line) = health_log_line(t, out, duration, prev, was, passed) {
+                // Before the transition's own line, as HAProxy logs them.
+                tracing::warn!("{line}");
+            }
+        }
         transition::apply(
             &t.site(),
             Change::Check { passed },
             &Cause::Check(out, duration),
         );
     }
+}
+
+/// A server's rise/fall position before a check result is applied.
+#[derive(Debug, Clone, Copy)]
+pub struct Health {
+    pub health: u32,
+    pub up: bool,
+    pub rise: u32,
+    pub fall: u32,
+}
+
+/// `option log-health-checks`: HAProxy's line for a check result, when it is
+/// worth one: the result moved the health (a failure while above 0, a pass
+/// while below the top) or its status differs from the previous check's.
+/// `Health check for [backup ]server BE/SRV succeeded|failed, reason: ...,
+/// check duration: Nms, status: X/Y UP|DOWN.`, where X/Y is how far the
+/// server is along `fall` (UP) or `rise` (DOWN) after this result.
+pub fn health_log_line(
+    t: &Target,
+    out: &Outcome,
+    duration: Duration,
+    prev: Option<super::Status>,
+    was: Health,
+    passed: bool,
+) -> Option<String> {
+    let top = (was.rise + was.fall).saturating_sub(1);
+    let moved = if passed {
+        was.health != top
+    } else {
+        was.health != 0
+    };
+    if !moved && prev == Some(out.status) {
+        return None;
+    }
+    let h = step(was.health, was.up, passed, was.rise, was.fall).health;
+    let (at, of, word) = if h >= was.rise {
+        let word = if t.server.weight() == 0 {
+            "DRAIN"
+        } else {
+            "UP"
+        };
+        (h - was.rise + 1, was.fall, word)
+    } else {
+        (h, was.rise, "DOWN")
+    };
+    let be = &t.state.config.backends[t.bi].name;
+    Some(format!(
+        "Health check for {}server {be}/{} {}{}, status: {at}/{of} {word}.",
+        if t.server.backup { "backup " } else { "" },
+        t.server.name,
+        if passed { "succeeded" } else { "failed" },
+        transition::check_status(out, duration),
+    ))
 }

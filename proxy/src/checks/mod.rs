@@ -40,6 +40,7 @@ pub mod transition;
 #[cfg(test)]
 mod tests;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -108,6 +109,10 @@ pub struct Target {
     pub on_marked_up_shutdown_backup: bool,
     /// Health-check connections start with a PROXY header of this version.
     pub send_proxy: Option<crate::proxy_proto::Version>,
+    /// The server's `source`: checks and the agent connect from there too.
+    pub source: Option<SocketAddr>,
+    /// `option log-health-checks`: every change of check result is logged.
+    pub log_health_checks: bool,
 }
 
 /// The agent of one server (where it listens and what it is sent live in the
@@ -149,6 +154,8 @@ impl Target {
                 crate::config::ProxyVersion::V1 => crate::proxy_proto::Version::V1,
                 crate::config::ProxyVersion::V2 => crate::proxy_proto::Version::V2,
             }),
+            source: srv.source,
+            log_health_checks: be.opts.log_health_checks,
         }
     }
 

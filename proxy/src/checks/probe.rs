@@ -188,9 +188,19 @@ fn check_addr(t: &Target, addr: Option<IpAddr>, port: Option<u16>) -> SocketAddr
     )
 }
 
-/// Connect with a deadline; errors as (status, reason).
-async fn connect(addr: SocketAddr, limit: Duration) -> Result<TcpStream, (Status, String)> {
-    match timeout_at(Instant::now() + limit, TcpStream::connect(addr)).await {
+/// Connect with a deadline, from the server's `source` if it has one; errors
+/// as (status, reason).
+async fn connect(
+    addr: SocketAddr,
+    limit: Duration,
+    source: Option<SocketAddr>,
+) -> Result<TcpStream, (Status, String)> {
+    let opts = crate::lb::spares::ConnectOpts {
+        source,
+        keepalive: false,
+    };
+    let sock = crate::lb::spares::socket(addr, opts).map_err(|e| (Status::L4Con, os_reason(&e)))?;
+    match timeout_at(Instant::now() + limit, sock.connect(addr)).await {
         Err(_) => Err((Status::L4Tout, String::new())),
         Ok(Err(e)) => Err((Status::L4Con, os_reason(&e))),
         Ok(Ok(s)) => {
@@ -208,7 +218,7 @@ async fn check_connect(
     addr: SocketAddr,
     limit: Duration,
 ) -> Result<TcpStream, (Status, String)> {
-    let mut s = connect(addr, limit).await?;
+    let mut s = connect(addr, limit, t.source).await?;
     if let Some(v) = t.send_proxy {
         let header = match (s.local_addr(), s.peer_addr()) {
             (Ok(l), Ok(p)) => crate::proxy_proto::encode_local(v, l, p),
@@ -325,7 +335,7 @@ pub async fn agent_line(t: &Target) -> Result<String, String> {
         p.agent_addr.unwrap_or_else(|| srv.ip()),
         p.agent_port.unwrap_or_else(|| srv.port()),
     );
-    let mut s = connect(addr, t.timeouts.connect)
+    let mut s = connect(addr, t.timeouts.connect, t.source)
         .await
         .map_err(|(st, reason)| format!("{}: {reason}", st.info()))?;
     let deadline = Instant::now() + t.timeouts.read;

@@ -163,6 +163,20 @@ pub fn ascii_encode(s: &str) -> String {
     out
 }
 
+/// `, reason: ..., code: N, info: "...", check duration: Nms`: how a check's
+/// result is told (HAProxy's `srv_append_status` for a check).
+pub fn check_status(out: &Outcome, duration: Duration) -> String {
+    let mut msg = format!(", reason: {}", out.status.desc());
+    if out.status.has_code() {
+        msg.push_str(&format!(", code: {}", out.code.unwrap_or(0)));
+    }
+    if !out.desc.is_empty() {
+        msg.push_str(&format!(", info: \"{}\"", ascii_encode(&out.desc)));
+    }
+    msg.push_str(&format!(", check duration: {}ms", duration.as_millis()));
+    msg
+}
+
 /// `Server be/s1 is DOWN, reason: ..., info: "...", check duration: 0ms. 1 active
 /// and 0 backup servers left. 0 sessions active, 0 requeued, 0 remaining in queue.`
 /// (HAProxy's `srv_update_status` + `srv_append_status`; an operator's cause is
@@ -181,16 +195,7 @@ pub fn transition_message(
         change.word()
     );
     match cause {
-        Cause::Check(out, duration) => {
-            msg.push_str(&format!(", reason: {}", out.status.desc()));
-            if out.status.has_code() {
-                msg.push_str(&format!(", code: {}", out.code.unwrap_or(0)));
-            }
-            if !out.desc.is_empty() {
-                msg.push_str(&format!(", info: \"{}\"", ascii_encode(&out.desc)));
-            }
-            msg.push_str(&format!(", check duration: {}ms", duration.as_millis()));
-        }
+        Cause::Check(out, duration) => msg.push_str(&check_status(out, *duration)),
         Cause::Reason(r) if !r.is_empty() => msg.push_str(&format!(", {r}")),
         Cause::Reason(_) => {}
     }

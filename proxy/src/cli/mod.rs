@@ -129,9 +129,7 @@ impl Ctx {
 }
 
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    crate::sys::hostname()
 }
 
 /// One CLI connection's own state.

@@ -670,19 +670,6 @@ pub fn format_uptime(secs: u64) -> String {
     )
 }
 
-/// The soft `RLIMIT_NOFILE`, read from procfs (0 when unknown).
-fn nofile_limit() -> u64 {
-    let Ok(limits) = std::fs::read_to_string("/proc/self/limits") else {
-        return 0;
-    };
-    limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .and_then(|l| l.split_whitespace().nth(3))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
     let st = &ctx.state;
     let cfg = &st.config;
@@ -699,7 +686,7 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
     let listeners =
         cfg.frontends.iter().map(|f| f.binds.len()).sum::<usize>() + cfg.global.stats_sockets.len();
     let stopping = st.lifecycle.stopping();
-    let nofile = nofile_limit();
+    let nofile = crate::sys::nofile_limit();
     // Live tasks, queued entries and idle share, as each worker last published them.
     let load = crate::scheduler::load(&st.workers.remotes());
     let version = env!("CARGO_PKG_VERSION");

@@ -17,8 +17,8 @@ use tokio::sync::watch;
 
 use super::*;
 use crate::config::{
-    Backend, Balance, CheckParams, Config, ForwardMode, Frontend, Global, Location, MapSource,
-    Server, Timeouts,
+    Backend, BackendOpts, Balance, BindOpts, CheckParams, Config, ForwardMode, Frontend, Global,
+    Location, MapSource, Server, Timeouts,
 };
 use crate::runtime::Phase;
 use crate::stats::Event as StatEvent;
@@ -43,6 +43,7 @@ fn server(name: &str, id: u32, port: u16, check: bool) -> Server {
         line: Location::default(),
         pool: Default::default(),
         send_proxy: Default::default(),
+        source: None,
     }
 }
 
@@ -59,7 +60,8 @@ fn reference_config(fe_bind: SocketAddr, s_ports: [u16; 2]) -> Config {
             name: "fe".into(),
             id: 2,
             binds: vec![fe_bind],
-            bind_opts: vec![Default::default()],
+            bind_opts: vec![BindOpts::default()],
+            clitcpka: false,
             default_backend: Some(0),
             use_backends: vec![],
             use_backend_conds: vec![],
@@ -88,6 +90,7 @@ fn reference_config(fe_bind: SocketAddr, s_ports: [u16; 2]) -> Config {
             maxconn: 0,
             log_global: false,
             line: Location::default(),
+            opts: BackendOpts::default(),
         }],
         maps: vec![],
     }

@@ -20,6 +20,8 @@ mod validate;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_compat;
 
 pub use lexer::MAX_LINE_ARGS;
 pub use model::*;
@@ -56,15 +58,18 @@ pub enum ConfigError {
         prev_kind: &'static str,
         prev: Location,
     },
-    /// `rule` is `default_backend` or `use_backend`.
-    #[error("Proxy '{proxy}': unable to find required {rule}: '{target}'.")]
+    /// `rule` is `default_backend` or `use_backend`; `at` the line that names
+    /// the backend (HAProxy's own message has no location; shunt adds it).
+    #[error("parsing [{at}] : Proxy '{proxy}': unable to find required {rule}: '{target}'.")]
     UnknownBackend {
+        at: Location,
         proxy: String,
         rule: &'static str,
         target: String,
     },
-    #[error("frontend '{name}' has no 'bind' directive. Please declare it as a backend if this was intended.")]
-    NoBind { name: String },
+    /// `at`: the section's header line.
+    #[error("parsing [{at}] : frontend '{name}' has no 'bind' directive. Please declare it as a backend if this was intended.")]
+    NoBind { at: Location, name: String },
 }
 
 /// Reads `paths` in order and parses them as one configuration, like

@@ -154,6 +154,9 @@ pub struct Global {
     pub user: Option<String>,
     pub group: Option<String>,
     pub pidfile: Option<PathBuf>,
+    /// `chroot DIR`: the process's root once every socket is open, before
+    /// the privilege drop (`crate::daemon`).
+    pub chroot: Option<PathBuf>,
     pub hard_stop_after: Option<Duration>,
     pub stats_sockets: Vec<StatsSocket>,
     /// `stats timeout`, default 10 s.
@@ -231,6 +234,7 @@ impl Default for Global {
             user: None,
             group: None,
             pidfile: None,
+            chroot: None,
             hard_stop_after: None,
             stats_sockets: Vec::new(),
             stats_timeout: Duration::from_secs(10),
@@ -430,6 +434,9 @@ pub struct Server {
     pub pool: PoolParams,
     /// `send-proxy` / `send-proxy-v2`: a PROXY header starts every connection.
     pub send_proxy: SendProxy,
+    /// `source ADDR[:PORT]` (the server's own, else its backend's): the local
+    /// address connections to it bind before connecting (port 0: any).
+    pub source: Option<SocketAddr>,
 }
 
 /// Which PROXY protocol version a header is written in.
@@ -512,13 +519,44 @@ impl std::fmt::Display for Location {
     }
 }
 
+/// The options of one `bind` line (`crate::listeners` sets them on each of
+/// its sockets). All off by default: the listener is what it was before.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BindOpts {
+    /// `name NAME`: how messages name the listener (HAProxy's logs name an
+    /// unnamed listener by its number, `id`).
+    pub name: Option<String>,
+    /// The listener's number in its frontend, from 1 (HAProxy's `luid`).
+    pub id: u32,
+    /// `accept-proxy`: every connection starts with a PROXY header (v1 or v2).
+    pub accept_proxy: bool,
+    /// `v4v6`: an IPv6 socket also accepts IPv4 (`IPV6_V6ONLY` 0, shunt's
+    /// default anyway); `v6only`: it does not.
+    pub v4v6: bool,
+    pub v6only: bool,
+    /// `backlog N`: the `listen(2)` queue (default 1024), and the `tfo` queue.
+    pub backlog: Option<u32>,
+    /// `maxconn N`: flows this listener holds at once, over all its sockets.
+    pub maxconn: Option<usize>,
+    /// `interface IFACE`: `SO_BINDTODEVICE`.
+    pub interface: Option<String>,
+    /// `transparent`: `IP_TRANSPARENT` / `IPV6_TRANSPARENT` (needs CAP_NET_ADMIN).
+    pub transparent: bool,
+    /// `defer-accept`: `TCP_DEFER_ACCEPT` (accept once the client sent data).
+    pub defer_accept: bool,
+    /// `tfo`: `TCP_FASTOPEN` on the listener, its queue as long as the backlog.
+    pub tfo: bool,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Frontend {
     pub name: String,
     pub id: u32,
     pub binds: Vec<SocketAddr>,
-    /// The options of each `binds` address, same index.
+    /// The options of each of `binds` (same index).
     pub bind_opts: Vec<BindOpts>,
+    /// `option clitcpka` (or `tcpka`): SO_KEEPALIVE on client sockets.
+    pub clitcpka: bool,
     /// Index into [`Config::backends`].
     pub default_backend: Option<usize>,
     /// `use_backend` rules, in order (HAProxy's switching rules).
@@ -551,17 +589,32 @@ pub struct Backend {
     pub maxconn: usize,
     pub log_global: bool,
     pub line: Location,
+    pub opts: BackendOpts,
 }
 
-/// The options of one listening address of a `bind` line.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct BindOpts {
-    /// `accept-proxy`: every connection starts with a PROXY header (v1 or v2).
-    pub accept_proxy: bool,
-    /// `name NAME`; HAProxy's logs name an unnamed listener by its number.
-    pub name: Option<String>,
-    /// The listener's number in its frontend, from 1 (HAProxy's `luid`).
-    pub id: u32,
+/// `hash-type`: how a hash-based `balance` (`source`) maps a hash to a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HashType {
+    /// `map-based` (HAProxy's default): hash modulo the total weight; a server
+    /// set change moves most keys.
+    #[default]
+    MapBased,
+    /// `consistent`: a ring of points per server; a server going away moves
+    /// only its own keys.
+    Consistent,
+}
+
+/// A backend's options that are neither timeouts nor servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BackendOpts {
+    /// `option srvtcpka` (or `tcpka`): SO_KEEPALIVE on server sockets.
+    pub srvtcpka: bool,
+    /// `option allbackups`: every usable backup server takes traffic when no
+    /// active one is up, not only the first.
+    pub allbackups: bool,
+    /// `option log-health-checks`: every check result change is logged.
+    pub log_health_checks: bool,
+    pub hash_type: HashType,
 }
 
 impl BindOpts {

@@ -453,7 +453,7 @@ fn hostnames_resolve() {
 fn bind_errors() {
     let cases: &[(&str, &str)] = &[
         ("bind", "'bind' expects [addr1]:port1[-end1]{,[addr]:port[-end]}... as arguments."),
-        ("bind :80 ssl", "'bind :80' in section 'frontend': unknown keyword 'ssl' (shunt supports only 'accept-proxy' and 'name')."),
+        ("bind :80 ssl", "'bind :80' unknown keyword 'ssl'. Registered keywords : accept-proxy, backlog, defer-accept, interface, maxconn, name, tfo, transparent, v4v6, v6only."),
         ("bind 1.2.3.4", "'bind' : missing port specification in '1.2.3.4'"),
         ("bind 1.2.3.4:", "'bind' : missing port specification in '1.2.3.4:'"),
         ("bind :abc", "'bind' : invalid port 'abc'"),
@@ -554,7 +554,7 @@ fn default_server_applies_to_following_servers() {
 
 #[test]
 fn server_errors() {
-    let kws = "addr, agent-addr, agent-check, agent-inter, agent-port, agent-send, backup, check, check-send-proxy, disabled, downinter, enabled, error-limit, fall, fastinter, id, inter, maxconn, maxqueue, no-agent-check, no-backup, no-check, no-check-send-proxy, no-send-proxy, no-send-proxy-v2, observe, on-error, on-marked-down, on-marked-up, port, rise, send-proxy, send-proxy-v2, slowstart, weight, pool-max-conn, pool-low-conn, pool-purge-delay";
+    let kws = "addr, agent-addr, agent-check, agent-inter, agent-port, agent-send, backup, check, check-send-proxy, disabled, downinter, enabled, error-limit, fall, fastinter, id, inter, maxconn, maxqueue, no-agent-check, no-backup, no-check, no-check-send-proxy, no-send-proxy, no-send-proxy-v2, observe, on-error, on-marked-down, on-marked-up, port, rise, send-proxy, send-proxy-v2, slowstart, source, weight, pool-max-conn, pool-low-conn, pool-purge-delay";
     let foo = format!("'server be/s1' : unknown keyword 'foo'. Registered keywords : {kws}.");
     let wieght = format!("'server be/s1' : unknown keyword 'wieght'; did you mean 'weight' maybe ?. Registered keywords : {kws}.");
     let cases: Vec<(&str, String)> = vec![
@@ -829,8 +829,8 @@ fn proxy_keyword_errors() {
         ("fullconn -1", "'fullconn' expects an integer argument (got '-1')."),
         ("option", "'option' expects an option name."),
         ("option foo", "unknown option 'foo'."),
-        ("option httplog", "'option httplog' is not supported by shunt (TCP only)."),
-        ("option forwardfor", "'option forwardfor' is not supported by shunt (TCP only)."),
+        ("option httpchk", "'option httpchk' is not supported by shunt (TCP only)."),
+        ("option httplog x", "'option httplog' only supports optional argument 'clf' (got 'x')."),
         ("option redispatch x", "'option redispatch' cannot handle unexpected argument 'x'."),
         ("no foo", "'no' is only supported before 'option' and 'log'."),
         ("log", "log : expects <address> and <facility> or global as arguments"),
@@ -931,10 +931,7 @@ fn defaults_only_errors() {
             "use_backend x",
             "'use_backend' not allowed in 'defaults' section.",
         ),
-        (
-            "mode http",
-            "'mode http' is not supported by shunt (TCP only).",
-        ),
+        // `mode http` in defaults is a warning: tests_compat.rs.
     ];
     for (line, msg) in cases {
         assert_eq!(
@@ -1128,20 +1125,20 @@ fn unknown_backends() {
         err1(&format!(
             "{DEFAULTS}frontend fe\n bind :80\n default_backend nope\n"
         )),
-        "Proxy 'fe': unable to find required default_backend: 'nope'."
+        "parsing [t.cfg:8] : Proxy 'fe': unable to find required default_backend: 'nope'."
     );
     assert_eq!(
         err1(&format!(
             "{DEFAULTS}frontend fe\n bind :80\n use_backend nope\n"
         )),
-        "Proxy 'fe': unable to find required use_backend: 'nope'."
+        "parsing [t.cfg:8] : Proxy 'fe': unable to find required use_backend: 'nope'."
     );
     // A frontend is not a backend.
     assert_eq!(
         err1(&format!(
             "{DEFAULTS}frontend other\n bind :81\nfrontend fe\n bind :80\n default_backend other\n"
         )),
-        "Proxy 'fe': unable to find required default_backend: 'other'."
+        "parsing [t.cfg:10] : Proxy 'fe': unable to find required default_backend: 'other'."
     );
 }
 
@@ -1192,11 +1189,11 @@ fn duplicate_bind() {
 fn frontend_without_bind() {
     assert_eq!(
         err1(&format!("{DEFAULTS}frontend fe\n")),
-        "frontend 'fe' has no 'bind' directive. Please declare it as a backend if this was intended."
+        "parsing [t.cfg:6] : frontend 'fe' has no 'bind' directive. Please declare it as a backend if this was intended."
     );
     assert_eq!(
         err1(&format!("{DEFAULTS}listen l\n server s 1.1.1.1:1\n")),
-        "frontend 'l' has no 'bind' directive. Please declare it as a backend if this was intended."
+        "parsing [t.cfg:6] : frontend 'l' has no 'bind' directive. Please declare it as a backend if this was intended."
     );
 }
 
@@ -1254,7 +1251,7 @@ qux
             "parsing [t.cfg:13]",
             "parsing [t.cfg:14]",
             "parsing [t.cfg:15]",
-            "Proxy 'fe': unable to find required default_backend: 'nope'.",
+            "parsing [t.cfg:10]",
         ],
         "{e:#?}"
     );
@@ -1827,7 +1824,7 @@ backend be
 #[test]
 fn log_and_ring_errors() {
     let cases: &[(&str, &str)] = &[
-        ("global\n log ring@nope local0\n", "parsing [global:0] : global section: log: unknown ring 'nope'."),
+        ("global\n log ring@nope local0\n", "parsing [t.cfg:2] : global section: log: unknown ring 'nope'."),
         ("ring r\n server s 127.0.0.1\n", "parsing [t.cfg:2] : 'server s' : missing port specification in '127.0.0.1'"),
         ("ring r\n server s 127.0.0.1:1 log-proto x\n", "parsing [t.cfg:2] : 'log-proto' expects one of 'legacy' or 'octet-count' (got 'x')."),
         ("ring r\n size 10\n", "parsing [t.cfg:2] : 'size' value must be between 1024 and 67108864 (was 10)"),
@@ -1952,7 +1949,10 @@ fn conditional_use_backend_keeps_unknown_backend_check() {
     ));
     assert_eq!(
         e,
-        vec!["Proxy 'fe': unable to find required use_backend: 'nope'.".to_string()]
+        vec![
+            "parsing [t.cfg:8] : Proxy 'fe': unable to find required use_backend: 'nope'."
+                .to_string()
+        ]
     );
 }
 

@@ -19,6 +19,7 @@ use super::{ConfigError, Loaded};
 pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
     let mut errors = p.errors;
     let mut warnings = p.warnings;
+    let log_locs = p.global.log_locs;
     let mut global = p.global.global;
     if !p.global.maxpipes_set {
         global.maxpipes = global.maxconn / 4;
@@ -50,6 +51,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
         }
         if d.binds.is_empty() {
             errors.push(ConfigError::NoBind {
+                at: d.loc.clone(),
                 name: d.name.clone(),
             });
         }
@@ -72,10 +74,11 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
                 ..opts.clone()
             });
         }
-        let mut resolve = |rule: &'static str, target: &str| {
+        let mut resolve = |rule: &'static str, target: &str, at: &Location| {
             let idx = find(target);
             if idx.is_none() {
                 errors.push(ConfigError::UnknownBackend {
+                    at: at.clone(),
                     proxy: d.name.clone(),
                     rule,
                     target: target.to_string(),
@@ -84,7 +87,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             idx
         };
         let default_backend = match &d.default_backend {
-            Some((name, _)) => resolve("default_backend", name),
+            Some((name, at)) => resolve("default_backend", name, at),
             // A listen section forwards to its own servers.
             None if d.kind == Kind::Listen => own_backend[i],
             None => None,
@@ -97,7 +100,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             use_backend_conds.push(complete(cond, &d.acls));
             match rule {
                 UseBackendDraft::Name(name) => {
-                    if let Some(i) = resolve("use_backend", name) {
+                    if let Some(i) = resolve("use_backend", name, loc) {
                         use_backends.push(UseBackend::Static(i));
                     }
                 }
@@ -137,6 +140,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             id: proxy_id(i),
             binds,
             bind_opts,
+            clitcpka: d.clitcpka,
             default_backend,
             use_backends,
             use_backend_conds,
@@ -157,6 +161,23 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
     }
 
     for d in &proxies {
+        if let Some(at) = &d.mode_http {
+            errors.push(ConfigError::Parse {
+                at: d.loc.clone(),
+                msg: format!(
+                    "{} '{}' inherits 'mode http' from the defaults section at [{at}], and shunt does not speak HTTP: add 'mode tcp'.",
+                    d.kind.type_str(),
+                    d.name
+                ),
+            });
+        }
+        if let (Some(at), true) = (&d.httplog, d.kind.fe()) {
+            warnings.push(format!(
+                "config : parsing [{at}] : 'option httplog' not usable with {} '{}' (needs 'mode http'). Falling back to 'option tcplog'.",
+                d.kind.type_str(),
+                d.name
+            ));
+        }
         let t = &d.timeouts;
         let missing = (d.kind.fe() && t.client.is_none())
             || (d.kind.be() && (t.connect.is_none() || t.server.is_none()));
@@ -165,7 +186,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
         }
     }
 
-    check_log_rings(&global, &proxies, &mut errors);
+    check_log_rings(&global, &log_locs, &proxies, &mut errors);
 
     if !errors.is_empty() {
         return Err(errors);
@@ -257,6 +278,7 @@ fn make_backend(d: &ProxyDraft, id: u32, errors: &mut Vec<ConfigError>) -> Backe
                 line: s.loc.clone(),
                 pool: s.opts.pool,
                 send_proxy: s.opts.send_proxy,
+                source: s.opts.source.or(d.source),
             }
         })
         .collect();
@@ -272,6 +294,12 @@ fn make_backend(d: &ProxyDraft, id: u32, errors: &mut Vec<ConfigError>) -> Backe
         maxconn: d.fullconn,
         log_global: d.log_global,
         line: d.loc.clone(),
+        opts: BackendOpts {
+            srvtcpka: d.srvtcpka,
+            allbackups: d.allbackups,
+            log_health_checks: d.log_health_checks,
+            hash_type: d.hash_type,
+        },
     }
 }
 
@@ -338,29 +366,31 @@ fn traffic_log(d: &ProxyDraft, global_logs: &[LogTarget]) -> ProxyLog {
     }
 }
 
-/// Every `log ring@NAME` names a declared ring.
-fn check_log_rings(global: &Global, proxies: &[ProxyDraft], errors: &mut Vec<ConfigError>) {
+/// Every `log ring@NAME` names a declared ring; an error names the `log`
+/// line (`log_locs`: the global section's, in order).
+fn check_log_rings(
+    global: &Global,
+    log_locs: &[Location],
+    proxies: &[ProxyDraft],
+    errors: &mut Vec<ConfigError>,
+) {
     let known = |name: &str| global.rings.iter().any(|r| r.name == name);
     let mut missing: Vec<(String, String, Location)> = Vec::new();
-    for t in &global.logs {
+    for (t, at) in global.logs.iter().zip(log_locs) {
         if let LogDest::Ring(n) = &t.dest {
             if !known(n) {
-                let at = Location {
-                    file: "global".to_string(),
-                    line: 0,
-                };
-                missing.push(("global section".to_string(), n.clone(), at));
+                missing.push(("global section".to_string(), n.clone(), at.clone()));
             }
         }
     }
     for d in proxies {
-        for t in &d.logs {
+        for (t, at) in d.logs.iter().zip(&d.log_locs) {
             if let LogDest::Ring(n) = &t.dest {
                 if !known(n) {
                     missing.push((
                         format!("{} '{}'", d.kind.type_str(), d.name),
                         n.clone(),
-                        d.loc.clone(),
+                        at.clone(),
                     ));
                 }
             }

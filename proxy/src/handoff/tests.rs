@@ -977,4 +977,3 @@ fn a_direction_error_names_its_side_and_a_reset_becomes_a_reset() {
         Cause::Proxy
     );
 }
-

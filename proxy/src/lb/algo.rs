@@ -13,7 +13,8 @@ use super::server::ServerRt;
 pub(crate) struct Ctx<'a> {
     pub servers: &'a [Arc<ServerRt>],
     /// Usable servers that may take this request, in config order: the
-    /// active ones, or the first usable backup when no active one is left.
+    /// active ones, or the first usable backup (every usable one with
+    /// `option allbackups`) when no active one is left.
     /// Sorted by server index.
     pub cands: &'a [usize],
     /// Server to avoid (redispatch after a failed connect).

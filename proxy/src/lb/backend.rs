@@ -98,6 +98,9 @@ struct State {
 pub struct BackendRt {
     pub name: String,
     pub balance: Balance,
+    /// `option allbackups`: with no active server left, every usable backup
+    /// is a candidate, not only the first.
+    allbackups: bool,
     /// In config order; `servers[i].idx == i`.
     pub servers: Vec<Arc<ServerRt>>,
     state: Mutex<State>,
@@ -171,12 +174,13 @@ impl BackendRt {
             Balance::StaticRr => Algo::StaticRr(StaticRr::default()),
             Balance::LeastConn => Algo::LeastConn(LeastConn::default()),
             Balance::First => Algo::First,
-            Balance::Source => Algo::Source(Source::default()),
+            Balance::Source => Algo::Source(Source::new(cfg.opts.hash_type)),
             Balance::Random => Algo::Random,
         };
         Arc::new(BackendRt {
             name: cfg.name.clone(),
             balance: cfg.balance,
+            allbackups: cfg.opts.allbackups,
             servers,
             state: Mutex::new(State {
                 algo,
@@ -329,8 +333,8 @@ impl BackendRt {
 
     /// Servers that may take a request avoiding `exclude`: the usable active
     /// servers when at least one of them is not excluded, else the first
-    /// usable backup that is not excluded (no `option allbackups`).
-    /// Sorted by server index.
+    /// usable backup that is not excluded (every one with `option
+    /// allbackups`). Sorted by server index.
     fn candidates(&self, exclude: Option<usize>) -> Vec<usize> {
         let active: Vec<usize> = self
             .servers
@@ -341,11 +345,16 @@ impl BackendRt {
         if active.iter().any(|&i| Some(i) != exclude) {
             return active;
         }
-        self.servers
+        let mut backups = self
+            .servers
             .iter()
-            .find(|s| s.backup && s.usable() && Some(s.idx) != exclude)
-            .map(|s| vec![s.idx])
-            .unwrap_or_default()
+            .filter(|s| s.backup && s.usable() && Some(s.idx) != exclude)
+            .map(|s| s.idx);
+        if self.allbackups {
+            backups.collect()
+        } else {
+            backups.next().into_iter().collect()
+        }
     }
 
     /// Run the algorithm; `None` when no server is usable.

@@ -9,11 +9,12 @@
 //!
 //! Candidate set of a pick: the usable (up, not in maintenance, weight > 0)
 //! non-backup servers; if there is none, the first usable backup server
-//! (HAProxy without `option allbackups`). Servers at their `maxconn` take no
+//! (HAProxy without `option allbackups`), or every usable backup with it. Servers at their `maxconn` take no
 //! new connection; when all candidates are full the request queues.
 
 mod algo;
 mod backend;
+mod chash;
 mod first;
 mod leastconn;
 mod map;

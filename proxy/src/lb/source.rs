@@ -1,34 +1,55 @@
-//! `balance source`: hash of the client IP address over the static weight
-//! map (`hash % total weight`), so a client keeps its server for as long as
-//! the server set is unchanged.
+//! `balance source`: hash of the client IP address, looked up in the static
+//! weight map (`hash-type map-based`, the default: `hash % total weight`) or
+//! on the consistent-hash ring (`hash-type consistent`, `chash.rs`), so a
+//! client keeps its server for as long as the server set is unchanged (and,
+//! with `consistent`, while other servers come and go).
 //!
 //! The chosen server is sticky: when it is full the request waits in that
 //! server's own queue (bounded by its `maxqueue`) rather than going
-//! elsewhere. When it is excluded (redispatch) the next map entry that is
-//! not excluded is used.
+//! elsewhere. When it is excluded (redispatch) the next map entry (or ring
+//! point) that is not excluded is used.
 
 use std::net::{IpAddr, SocketAddr};
 
 use super::algo::{Choice, Ctx};
+use super::chash::Ring;
 use super::map::WeightMap;
+use crate::config::HashType;
 
-#[derive(Debug, Default)]
-pub(crate) struct Source {
-    map: WeightMap,
+#[derive(Debug)]
+pub(crate) enum Source {
+    Map(WeightMap),
+    Ring(Ring),
 }
 
 impl Source {
-    pub fn pick(&mut self, ctx: &Ctx<'_>, client: SocketAddr) -> Option<Choice> {
-        self.map.refresh(ctx);
-        let table = self.map.table();
-        let len = table.len();
-        if len == 0 {
-            return None;
+    pub fn new(hash_type: HashType) -> Self {
+        match hash_type {
+            HashType::MapBased => Source::Map(WeightMap::default()),
+            HashType::Consistent => Source::Ring(Ring::default()),
         }
-        let h = hash_ip(client.ip()) as usize % len;
-        let s = (0..len)
-            .map(|k| table[(h + k) % len])
-            .find(|&s| ctx.exclude != Some(s))?;
+    }
+
+    pub fn pick(&mut self, ctx: &Ctx<'_>, client: SocketAddr) -> Option<Choice> {
+        let h = hash_ip(client.ip());
+        let s = match self {
+            Source::Map(map) => {
+                map.refresh(ctx);
+                let table = map.table();
+                let len = table.len();
+                if len == 0 {
+                    return None;
+                }
+                let start = h as usize % len;
+                (0..len)
+                    .map(|k| table[(start + k) % len])
+                    .find(|&s| ctx.exclude != Some(s))?
+            }
+            Source::Ring(ring) => {
+                ring.refresh(ctx);
+                ring.lookup(h, ctx.exclude)?
+            }
+        };
         Some(if ctx.servers[s].has_room() {
             Choice::Server(s)
         } else {
@@ -36,7 +57,6 @@ impl Source {
         })
     }
 }
-
 /// A well-mixed 32-bit hash of an address (the port is not part of it).
 pub(crate) fn hash_ip(ip: IpAddr) -> u32 {
     let bytes: Vec<u8> = match ip {

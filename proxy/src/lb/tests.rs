@@ -12,7 +12,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::config::{Backend, Balance, CheckParams, Location, Server, Timeouts};
+use crate::config::{
+    Backend, BackendOpts, Balance, CheckParams, HashType, Location, Server, Timeouts,
+};
 
 /// Selections per distribution test.
 const N: usize = 10_000;
@@ -64,6 +66,11 @@ impl S {
 }
 
 fn backend(balance: Balance, servers: &[S]) -> Arc<BackendRt> {
+    backend_with(balance, servers, BackendOpts::default())
+}
+
+/// [`backend`] with options (`allbackups`, `hash-type`).
+fn backend_with(balance: Balance, servers: &[S], opts: BackendOpts) -> Arc<BackendRt> {
     let servers = servers
         .iter()
         .enumerate()
@@ -80,6 +87,7 @@ fn backend(balance: Balance, servers: &[S]) -> Arc<BackendRt> {
             line: Location::default(),
             pool: Default::default(),
             send_proxy: Default::default(),
+            source: None,
         })
         .collect();
     BackendRt::new(&Backend {
@@ -94,6 +102,7 @@ fn backend(balance: Balance, servers: &[S]) -> Arc<BackendRt> {
         maxconn: 0,
         log_global: false,
         line: Location::default(),
+        opts,
     })
 }
 
@@ -308,6 +317,106 @@ fn source_is_stable_and_spread() {
     assert_eq!(before, after);
 }
 
+/// `balance source` with `hash-type consistent`.
+fn consistent(weights: &[u32]) -> Arc<BackendRt> {
+    let opts = BackendOpts {
+        hash_type: HashType::Consistent,
+        ..BackendOpts::default()
+    };
+    let servers: Vec<S> = weights.iter().map(|&w| s(w)).collect();
+    backend_with(Balance::Source, &servers, opts)
+}
+
+#[test]
+fn consistent_source_moves_only_the_keys_of_a_server_that_goes() {
+    let be = consistent(&[1, 1, 1, 1]);
+    let before: Vec<usize> = (0..N)
+        .map(|k| be.pick(client(k), None).expect("a server"))
+        .collect();
+    let mut share = [0usize; 4];
+    for &s in &before {
+        share[s] += 1;
+    }
+    assert_within(&share, &[1, 1, 1, 1], N, 0.25);
+    be.servers[1].set_up(false);
+    let during: Vec<usize> = (0..N)
+        .map(|k| be.pick(client(k), None).expect("a server"))
+        .collect();
+    let moved = before.iter().zip(&during).filter(|(a, b)| a != b).count();
+    for (k, (&a, &b)) in before.iter().zip(&during).enumerate() {
+        if a != 1 {
+            assert_eq!(a, b, "key {k} was on server {a}, which stayed, yet moved");
+        } else {
+            assert_ne!(b, 1, "key {k} still on the server that went");
+        }
+    }
+    assert_eq!(
+        moved, share[1],
+        "exactly the keys of the server that went moved"
+    );
+    assert!(
+        (N * 15 / 100..=N * 35 / 100).contains(&moved),
+        "about a quarter of the keys moved: {moved} of {N}"
+    );
+    // Its keys spread over the three others, not onto one neighbour.
+    let mut took = [0usize; 4];
+    for (&a, &b) in before.iter().zip(&during) {
+        if a == 1 {
+            took[b] += 1;
+        }
+    }
+    assert!(
+        [0, 2, 3].iter().all(|&i| took[i] > moved / 10),
+        "spread: {took:?}"
+    );
+    be.servers[1].set_up(true);
+    let after: Vec<usize> = (0..N)
+        .map(|k| be.pick(client(k), None).expect("a server"))
+        .collect();
+    assert_eq!(before, after, "its keys come back with it");
+}
+
+#[test]
+fn map_based_source_moves_most_keys_when_a_server_goes() {
+    // The contrast that makes `consistent` worth having (and shows the two
+    // hash types are distinct code paths).
+    let be = backend(Balance::Source, &[s(1), s(1), s(1), s(1)]);
+    let before: Vec<_> = (0..N).map(|k| be.pick(client(k), None)).collect();
+    be.servers[1].set_up(false);
+    let moved = (0..N)
+        .filter(|&k| before[k] != be.pick(client(k), None))
+        .count();
+    assert!(moved > N / 2, "map-based moved {moved} of {N}");
+}
+
+#[test]
+fn consistent_source_follows_weights_and_keeps_a_client() {
+    let w = [1, 2, 3, 4];
+    let be = consistent(&w);
+    assert_within(&counts(&be, N, client), &w, N, 0.2);
+    for k in 0..1000 {
+        let mut other_port = client(k);
+        other_port.set_port(1234);
+        assert_eq!(
+            be.pick(client(k), None),
+            be.pick(other_port, None),
+            "client {k} moved"
+        );
+    }
+}
+
+#[test]
+fn consistent_source_redispatch_takes_the_next_server_on_the_ring() {
+    let be = consistent(&[1, 1, 1]);
+    for k in 0..1000 {
+        let first = be.pick(client(k), None).expect("a server");
+        let other = be.pick(client(k), Some(first)).expect("another server");
+        assert_ne!(first, other);
+    }
+    let one = consistent(&[1]);
+    assert_eq!(one.pick(cl(), Some(0)), None, "only the excluded server");
+}
+
 #[test]
 fn source_follows_weights() {
     let w = [1, 2, 3, 4];
@@ -368,6 +477,26 @@ fn backup_only_when_all_active_are_down() {
     assert_eq!(counts(&be, 1000, |_| cl()), vec![0, 0, 0, 1000]);
     be.servers[0].set_up(true);
     assert_eq!(counts(&be, 1000, |_| cl()), vec![1000, 0, 0, 0]);
+}
+
+#[test]
+fn allbackups_spreads_over_every_usable_backup() {
+    let opts = BackendOpts {
+        allbackups: true,
+        ..BackendOpts::default()
+    };
+    let be = backend_with(
+        Balance::RoundRobin,
+        &[s(1), s(1).backup(), s(1).backup(), s(1).backup()],
+        opts,
+    );
+    assert_eq!(counts(&be, 900, |_| cl()), vec![900, 0, 0, 0]);
+    be.servers[0].set_up(false);
+    assert_eq!(counts(&be, 900, |_| cl()), vec![0, 300, 300, 300]);
+    be.servers[2].set_maint(true);
+    assert_eq!(counts(&be, 900, |_| cl()), vec![0, 450, 0, 450]);
+    be.servers[0].set_up(true);
+    assert_eq!(counts(&be, 900, |_| cl()), vec![900, 0, 0, 0]);
 }
 
 #[test]

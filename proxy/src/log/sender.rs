@@ -9,14 +9,25 @@
 //! down is retried every [`RECONNECT_DELAY`]; lines still in its backlog are sent
 //! once it is back (as HAProxy's ring readers do).
 //!
+//! A UNIX datagram target (`/dev/log`) gets its own socket, connected to the
+//! path when the destinations are opened at start, before a `chroot`: the
+//! connected socket keeps reaching the syslog daemon from inside the chroot.
+//! When a send finds the peer gone (the syslog daemon restarted and bound a
+//! new socket) or it was not there at start, the socket is connected again
+//! by path, at most once per [`RECONNECT_DELAY`]; in a chroot that path is
+//! resolved inside it (Debian's rsyslog provides `/var/lib/haproxy/dev/log`
+//! for HAProxy's chroot), as HAProxy's own sends are.
+//!
 //! Nothing here runs on a worker thread: a blocked write (stderr to a stuck pipe, a
 //! slow TCP peer) delays only other log lines.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write as _;
 use std::net::{SocketAddr, UdpSocket};
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -100,9 +111,53 @@ pub struct Dests {
     config: Arc<Config>,
     udp4: Option<UdpSocket>,
     udp6: Option<UdpSocket>,
-    unix: Option<std::os::unix::net::UnixDatagram>,
+    /// Behind a lock only because the queue tasks share `Dests`; they all run
+    /// on this one thread, so it is never contended.
+    unix: HashMap<PathBuf, Mutex<UnixTarget>>,
     rings: HashMap<String, RingOut>,
     hostname: String,
+}
+
+/// One UNIX datagram target's socket, connected to its path when it can be.
+struct UnixTarget {
+    sock: Option<UnixDatagram>,
+    /// When the last connect was tried (reconnects are spaced by [`RECONNECT_DELAY`]).
+    tried: Instant,
+}
+
+impl UnixTarget {
+    fn open(path: &Path) -> Self {
+        Self {
+            sock: connect_unix(path).ok(),
+            tried: Instant::now(),
+        }
+    }
+
+    /// Send one datagram; on a socket whose peer went away (or none yet),
+    /// connect again by path first, if the last try was long enough ago.
+    fn send(&mut self, path: &Path, bytes: &[u8]) -> bool {
+        if let Some(s) = &self.sock {
+            match s.send(bytes) {
+                Ok(_) => return true,
+                // Full: the daemon lags; the line is lost, the socket is fine.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+                Err(_) => self.sock = None,
+            }
+        }
+        if self.tried.elapsed() < RECONNECT_DELAY {
+            return false;
+        }
+        self.tried = Instant::now();
+        self.sock = connect_unix(path).ok();
+        self.sock.as_ref().is_some_and(|s| s.send(bytes).is_ok())
+    }
+}
+
+fn connect_unix(path: &Path) -> std::io::Result<UnixDatagram> {
+    let s = UnixDatagram::unbound()?;
+    s.set_nonblocking(true)?;
+    s.connect(path)?;
+    Ok(s)
 }
 
 fn udp(bind: &str) -> std::io::Result<UdpSocket> {
@@ -118,14 +173,18 @@ impl Dests {
             .traffic_logs
             .iter()
             .flat_map(|l| l.targets.iter());
-        let (mut v4, mut v6, mut unix) = (false, false, false);
+        let (mut v4, mut v6) = (false, false);
+        let mut unix = HashMap::new();
         for t in targets {
-            match t.dest {
+            match &t.dest {
                 LogDest::Udp(a) => {
                     v4 |= a.is_ipv4();
                     v6 |= a.is_ipv6();
                 }
-                LogDest::Unix(_) => unix = true,
+                LogDest::Unix(p) => {
+                    unix.entry(p.clone())
+                        .or_insert_with(|| Mutex::new(UnixTarget::open(p)));
+                }
                 _ => {}
             }
         }
@@ -152,13 +211,7 @@ impl Dests {
             config: config.clone(),
             udp4: if v4 { Some(udp("0.0.0.0:0")?) } else { None },
             udp6: if v6 { Some(udp("[::]:0")?) } else { None },
-            unix: if unix {
-                let s = std::os::unix::net::UnixDatagram::unbound()?;
-                s.set_nonblocking(true)?;
-                Some(s)
-            } else {
-                None
-            },
+            unix,
             rings,
             hostname,
         })
@@ -197,8 +250,12 @@ impl Dests {
                 }
                 LogDest::Unix(path) => {
                     let bytes = frame(&fr, m.at, &self.hostname, &m.line, true);
-                    let sent = self.unix.as_ref().map(|s| s.send_to(&bytes, path));
-                    if !matches!(sent, Some(Ok(_))) {
+                    let sent = self.unix.get(path).is_some_and(|u| {
+                        u.lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .send(path, &bytes)
+                    });
+                    if !sent {
                         log.drop_line();
                     }
                 }

@@ -173,6 +173,7 @@ fn config_with_map(entries: &str) -> Config {
         maxconn: 0,
         log_global: false,
         line: Location::default(),
+        opts: Default::default(),
     };
     Config {
         backends: vec![be("a"), be("b")],

@@ -110,10 +110,12 @@ fn refill(state: &Arc<Runtime>, tid: usize, bi: usize, si: usize) {
         let st = state.clone();
         let addr = rt.addr();
         let gen = rt.pool.generation();
-        let timeout = state.config.backends[bi].timeouts.connect;
+        let be = &state.config.backends[bi];
+        let timeout = be.timeouts.connect;
+        let opts = crate::lb::spares::ConnectOpts::of(be, &be.servers[si]);
         let _ = scheduler::spawn(Class::Normal, "pool-connect", async move {
             let rt = &st.backends[bi].servers[si];
-            let made = match crate::lb::spares::connect(addr, timeout).await {
+            let made = match crate::lb::spares::connect(addr, timeout, opts).await {
                 Ok(s) => s.into_std().map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };

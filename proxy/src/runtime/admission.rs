@@ -1,5 +1,6 @@
 //! Who may come in: the count of flows in the process against the global and
-//! frontend `maxconn` in force, the count of accept loops still running, and
+//! frontend `maxconn` in force, each listener's flows against its `bind ...
+//! maxconn`, the count of accept loops still running, and
 //! the accept hold (no accept while a successor has not taken over, or while
 //! this process hands itself over). The accept loops (`daemon`) and the CLI
 //! (`set maxconn`) go through here; nothing else changes these counts.
@@ -25,6 +26,8 @@ pub struct Limits {
     global: AtomicUsize,
     /// Per frontend, in config order; 0 = bounded by the global limit only.
     frontends: Vec<AtomicUsize>,
+    /// Per frontend, per bind address: `bind ... maxconn` (0 = none).
+    listeners: Vec<Vec<usize>>,
 }
 
 impl Limits {
@@ -35,6 +38,15 @@ impl Limits {
                 .frontends
                 .iter()
                 .map(|f| AtomicUsize::new(f.maxconn))
+                .collect(),
+            listeners: config
+                .frontends
+                .iter()
+                .map(|f| {
+                    (0..f.binds.len())
+                        .map(|i| f.bind_opts.get(i).and_then(|o| o.maxconn).unwrap_or(0))
+                        .collect()
+                })
                 .collect(),
         }
     }
@@ -57,6 +69,9 @@ impl Limits {
 pub struct Admission {
     /// Current flows in the process (global maxconn).
     conns: AtomicUsize,
+    /// Current flows per frontend per bind address (`bind ... maxconn`),
+    /// shaped as `limits.listeners`.
+    listener_conns: Vec<Vec<AtomicUsize>>,
     /// Accept loops not yet ended. A soft stop waits for them before it looks
     /// at `conns`: a client accepted as the stop began is counted by then.
     accepting: AtomicUsize,
@@ -70,8 +85,14 @@ pub struct Admission {
 impl Admission {
     /// `accept_loops` loops will run; accepting starts held when `held`.
     pub fn new(limits: Limits, accept_loops: usize, held: bool) -> Self {
+        let listener_conns = limits
+            .listeners
+            .iter()
+            .map(|l| l.iter().map(|_| AtomicUsize::new(0)).collect())
+            .collect();
         Self {
             conns: AtomicUsize::new(0),
+            listener_conns,
             accepting: AtomicUsize::new(accept_loops),
             limits,
             released: Notify::new(),
@@ -110,6 +131,29 @@ impl Admission {
         self.conns() < self.limits.global() && (fe_max == 0 || fe_cur < fe_max)
     }
 
+    /// Whether listener `bind` of frontend `fe` is below its `maxconn` (always,
+    /// without one).
+    pub fn listener_has_room(&self, fe: usize, bind: usize) -> bool {
+        let max = self
+            .limits
+            .listeners
+            .get(fe)
+            .and_then(|l| l.get(bind))
+            .copied()
+            .unwrap_or(0);
+        max == 0 || self.listener_conns(fe, bind) < max
+    }
+
+    /// Flows accepted on listener `bind` of frontend `fe` and still running.
+    pub fn listener_conns(&self, fe: usize, bind: usize) -> usize {
+        self.listener_slot(fe, bind)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    fn listener_slot(&self, fe: usize, bind: usize) -> Option<&AtomicUsize> {
+        self.listener_conns.get(fe).and_then(|l| l.get(bind))
+    }
+
     /// Resolves when a flow ends (or at once if one ended since the last wait
     /// started: callers re-check their condition either way).
     pub async fn released(&self) {
@@ -145,20 +189,42 @@ impl Admission {
     }
 }
 
-/// One flow counted in the process until the guard drops.
-pub struct ConnGuard(Arc<super::Runtime>);
+/// One flow counted in the process (and on its listener, when it was
+/// accepted) until the guard drops.
+pub struct ConnGuard {
+    rt: Arc<super::Runtime>,
+    /// (frontend, bind) of the listener that accepted the flow.
+    listener: Option<(usize, usize)>,
+}
 
 impl ConnGuard {
     /// Count one more flow in the process until the guard drops.
     pub fn new(rt: Arc<super::Runtime>) -> Self {
         rt.admission.conns.fetch_add(1, Ordering::Relaxed);
-        ConnGuard(rt)
+        ConnGuard { rt, listener: None }
+    }
+
+    /// [`ConnGuard::new`] for a flow accepted on listener `bind` of frontend
+    /// `fe`, counted on that listener too.
+    pub fn accepted(rt: Arc<super::Runtime>, fe: usize, bind: usize) -> Self {
+        if let Some(c) = rt.admission.listener_slot(fe, bind) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut g = Self::new(rt);
+        g.listener = Some((fe, bind));
+        g
     }
 }
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
-        let a = &self.0.admission;
+        let a = &self.rt.admission;
+        if let Some(c) = self
+            .listener
+            .and_then(|(fe, bind)| a.listener_slot(fe, bind))
+        {
+            c.fetch_sub(1, Ordering::Relaxed);
+        }
         a.conns.fetch_sub(1, Ordering::Relaxed);
         a.released.notify_waiters();
     }

@@ -104,17 +104,40 @@ pub enum CapsError {
     },
 }
 
-/// Check that `user` and `group` name real accounts, so that a start-up
-/// can fail on them before it touches anything ([`drop_to`] looks them up
-/// again when it runs).
-pub fn check_names(user: Option<&str>, group: Option<&str>) -> Result<(), CapsError> {
-    if let Some(u) = user {
-        lookup_user(u)?;
+/// The accounts a drop switches to, looked up once: a process that will
+/// `chroot` must resolve them first (the password database is outside).
+#[derive(Debug, Clone)]
+pub struct Target {
+    user: Option<User>,
+    gid: Gid,
+}
+
+impl Target {
+    /// The uid the drop switches to (`None`: only the group changes).
+    pub fn uid(&self) -> Option<Uid> {
+        self.user.as_ref().map(|u| u.uid)
     }
-    if let Some(g) = group {
-        lookup_group(g)?;
+
+    /// The gid the drop switches to.
+    pub fn gid(&self) -> Gid {
+        self.gid
     }
-    Ok(())
+}
+
+/// Look `user` and `group` up, so that a start-up can fail on them before
+/// it touches anything; `None` when neither is given (nothing to drop).
+pub fn resolve(user: Option<&str>, group: Option<&str>) -> Result<Option<Target>, CapsError> {
+    if user.is_none() && group.is_none() {
+        return Ok(None);
+    }
+    let user = user.map(lookup_user).transpose()?;
+    let gid = match (group, &user) {
+        (Some(g), _) => lookup_group(g)?,
+        (None, Some(u)) => u.gid,
+        // Unreachable by the first check; keep the gid.
+        (None, None) => Gid::current(),
+    };
+    Ok(Some(Target { user, gid }))
 }
 
 /// Switches to `user` and/or `group` and keeps exactly `keep` as permitted
@@ -131,20 +154,19 @@ pub fn check_names(user: Option<&str>, group: Option<&str>) -> Result<(), CapsEr
 /// Each capability of `keep` must be in the permitted set at the call (as
 /// it is for root). Neither name given: nothing changes, `Ok(())`.
 pub fn drop_to(user: Option<&str>, group: Option<&str>, keep: &[Cap]) -> Result<(), CapsError> {
-    if user.is_none() && group.is_none() {
-        return Ok(());
+    match resolve(user, group)? {
+        Some(t) => drop_resolved(&t, keep),
+        None => Ok(()),
     }
+}
+
+/// [`drop_to`] with the accounts already looked up ([`resolve`]).
+pub fn drop_resolved(target: &Target, keep: &[Cap]) -> Result<(), CapsError> {
     let threads = thread_count();
     if threads > 1 {
         return Err(CapsError::Threaded { threads });
     }
-    let target_user = user.map(lookup_user).transpose()?;
-    let gid = match (group, &target_user) {
-        (Some(g), _) => lookup_group(g)?,
-        (None, Some(u)) => u.gid,
-        // Unreachable by the first check; keep the gid.
-        (None, None) => Gid::current(),
-    };
+    let (target_user, gid) = (&target.user, target.gid);
     let keep_set: HashSet<Cap> = keep.iter().copied().collect();
 
     nix::unistd::setgroups(&[gid]).map_err(|source| CapsError::Id {
@@ -163,7 +185,7 @@ pub fn drop_to(user: Option<&str>, group: Option<&str>, keep: &[Cap]) -> Result<
         source,
     })?;
 
-    if let Some(u) = &target_user {
+    if let Some(u) = target_user {
         caps::securebits::set_keepcaps(true).map_err(|source| CapsError::Caps {
             op: "PR_SET_KEEPCAPS 1",
             caps: String::new(),
@@ -321,7 +343,9 @@ fn lookup_group(name: &str) -> Result<Gid, CapsError> {
 }
 
 /// Threads of this process; 1 if /proc cannot be read (then the check is
-/// skipped rather than refusing to start).
+/// skipped rather than refusing to start). After a `chroot` /proc is gone,
+/// so there the daemon's order (no thread starts before the drop) is what
+/// holds the invariant, not this check.
 fn thread_count() -> usize {
     std::fs::read_dir(TASK_DIR).map_or(1, |d| d.count().max(1))
 }

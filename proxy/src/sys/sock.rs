@@ -59,6 +59,50 @@ pub fn nodelay(fd: BorrowedFd<'_>) -> io::Result<bool> {
     Ok(val != 0)
 }
 
+/// Sets `IP_TRANSPARENT` (IPv4) or `IPV6_TRANSPARENT` (IPv6): the socket may
+/// bind and accept for addresses that are not local (needs CAP_NET_ADMIN).
+pub fn set_transparent(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    if v6 {
+        setsockopt_raw(fd, libc::SOL_IPV6, libc::IPV6_TRANSPARENT, &on)
+    } else {
+        setsockopt_raw(fd, libc::SOL_IP, libc::IP_TRANSPARENT, &on)
+    }
+}
+
+/// Sets `TCP_DEFER_ACCEPT` to `secs`: a connection is accepted only once the
+/// client sent data (or after about that long).
+pub fn set_defer_accept(fd: BorrowedFd<'_>, secs: libc::c_int) -> io::Result<()> {
+    setsockopt_raw(fd, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, &secs)
+}
+
+/// Sets `TCP_FASTOPEN` on a listening socket: up to `qlen` pending TFO
+/// connections.
+pub fn set_fastopen(fd: BorrowedFd<'_>, qlen: libc::c_int) -> io::Result<()> {
+    setsockopt_raw(fd, libc::IPPROTO_TCP, libc::TCP_FASTOPEN, &qlen)
+}
+
+/// Reads an `int` socket option (tests and diagnostics).
+pub fn int_opt(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Result<i32> {
+    let mut val: libc::c_int = 0;
+    let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `fd` is borrowed, hence open; `val` and `len` are valid writable
+    // locations and `len` holds the size of `val`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&mut val as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(val)
+}
+
 /// Sets SO_LINGER {on, 0}: the owner's next close sends RST instead of FIN.
 pub fn set_linger_reset(fd: BorrowedFd<'_>) -> io::Result<()> {
     let lin = libc::linger {

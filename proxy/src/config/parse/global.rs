@@ -28,6 +28,9 @@ pub struct GlobalDraft {
     pub global: Global,
     /// `maxpipes` was given (otherwise validation derives it from `maxconn`).
     pub maxpipes_set: bool,
+    /// The line of each of `global.logs`, same index (for the checks that
+    /// validation runs on them).
+    pub log_locs: Vec<Location>,
 }
 
 impl Scope for GlobalDraft {
@@ -46,6 +49,7 @@ pub const GLOBAL: &[Keyword<GlobalDraft>] = &[
     Keyword::new(&["user"],                      G, Args::Required, user),
     Keyword::new(&["group"],                     G, Args::Required, group),
     Keyword::new(&["pidfile"],                   G, Args::Required, pidfile),
+    Keyword::new(&["chroot"],                    G, Args::Required, chroot),
     Keyword::new(&["hard-stop-after"],           G, Args::Required, hard_stop_after),
     Keyword::new(&["stats"],                     G, Args::Required, stats_socket::other),
     Keyword::new(&["stats", "socket"],           G, Args::Required, stats_socket::socket),
@@ -66,6 +70,18 @@ pub const GLOBAL: &[Keyword<GlobalDraft>] = &[
     Keyword::new(&["server-state-file"],         G, Args::Required, server_state_file),
     Keyword::new(&["server-state-base"],         G, Args::Required, server_state_base),
     Keyword::new(&["tune.idle-pool.shared"],     G, Args::Required, idle_pool_shared),
+    Keyword::new(&["ca-base"],                   G, Args::Required, not_tls),
+    Keyword::new(&["crt-base"],                  G, Args::Required, not_tls),
+    Keyword::new(&["key-base"],                  G, Args::Required, not_tls),
+    Keyword::new(&["ssl-default-bind-ciphers"],  G, Args::Required, not_tls),
+    Keyword::new(&["ssl-default-bind-ciphersuites"], G, Args::Required, not_tls),
+    Keyword::new(&["ssl-default-bind-options"],  G, Args::Required, not_tls),
+    Keyword::new(&["ssl-default-server-ciphers"], G, Args::Required, not_tls),
+    Keyword::new(&["ssl-default-server-ciphersuites"], G, Args::Required, not_tls),
+    Keyword::new(&["ssl-default-server-options"], G, Args::Required, not_tls),
+    Keyword::new(&["ssl-dh-param-file"],         G, Args::Required, not_tls),
+    Keyword::new(&["ssl-server-verify"],         G, Args::Required, not_tls),
+    Keyword::new(&["tune.ssl.default-dh-param"], G, Args::Required, not_tls),
 ];
 
 /// One line of the global section.
@@ -138,6 +154,18 @@ fn pidfile(g: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String> {
         .arg(1)
         .ok_or_else(|| "'pidfile' expects a file name as an argument.".to_string())?;
     g.global.pidfile = Some(v.into());
+    no_extra(l.args, 2, l.kw())
+}
+
+fn chroot(g: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String> {
+    if g.global.chroot.is_some() {
+        return Err("'chroot' already specified. Continuing.".to_string());
+    }
+    let v = l
+        .arg(1)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| "'chroot' expects a directory as an argument.".to_string())?;
+    g.global.chroot = Some(v.into());
     no_extra(l.args, 2, l.kw())
 }
 
@@ -228,6 +256,7 @@ fn log(g: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String> {
         return Err("log : expects <address> and <facility> as arguments".to_string());
     }
     g.global.logs.push(super::log::log_target(&l.args[1..])?);
+    g.log_locs.push(l.loc.clone());
     Ok(())
 }
 
@@ -237,6 +266,17 @@ fn daemon(_: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String> {
         l.loc
     ));
     no_extra(l.args, 1, l.kw())
+}
+
+/// A TLS keyword of a shared `global` section (Debian's stock file has
+/// several): accepted with a warning, since shunt forwards TLS untouched.
+fn not_tls(_: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String> {
+    if l.arg(1).is_none() {
+        return Err(format!("'{}' expects an argument.", l.kw()));
+    }
+    l.warnings
+        .push(super::not_applicable(l.loc, l.kw(), "terminate TLS"));
+    Ok(())
 }
 
 fn server_state_file(g: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String> {

@@ -15,6 +15,7 @@
 //! section never holds binds, servers, `acl`s, `use_backend` or `tcp-request
 //! connection` rules.
 
+mod bind;
 mod global;
 mod log;
 mod proxy;
@@ -66,6 +67,8 @@ impl Sections {
     pub const TCP_CHECK_CONNECT: Self = Self(1 << 8);
     /// The keywords after `tcp-check expect`.
     pub const TCP_CHECK_EXPECT: Self = Self(1 << 9);
+    /// The keywords after `bind ADDR`.
+    pub const BIND: Self = Self(1 << 10);
     /// Every kind of proxy section (a listen section is a frontend and a backend).
     pub const PROXIES: Self = Self::DEFAULTS.or(Self::FRONTEND).or(Self::BACKEND);
 
@@ -570,6 +573,13 @@ fn with_hint(msg: String, hint: Option<&str>) -> String {
 fn invalid_name_char(name: &str) -> Option<char> {
     name.chars()
         .find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
+}
+
+/// The one wording of a keyword shunt accepts but does nothing with (a TLS or
+/// HTTP setting of a shared section): `parsing [FILE:LINE] : 'KEYWORD'
+/// ignored: shunt does not WHAT.` `what` says what shunt does not do.
+fn not_applicable(loc: &Location, kw: &str, what: &str) -> String {
+    format!("parsing [{loc}] : '{kw}' ignored: shunt does not {what}.")
 }
 
 fn no_extra(args: &[String], used: usize, kw: &str) -> Result<(), String> {

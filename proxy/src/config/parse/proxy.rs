@@ -14,8 +14,8 @@ use super::model::*;
 use super::server::{self, ServerDraft, ServerOpts};
 use super::units::parse_time;
 use super::{
-    bounded, dispatch, first_words, int_arg, no_extra, section_names, suggest, tcp_check,
-    tcp_request, with_hint, Args, Keyword, Line, Scope, Sections, MAX_MAXCONN,
+    bounded, dispatch, first_words, int_arg, no_extra, not_applicable, section_names, suggest,
+    tcp_check, tcp_request, with_hint, Args, Keyword, Line, Scope, Sections, MAX_MAXCONN,
 };
 
 /// Default `retries`, as in HAProxy.
@@ -77,8 +77,9 @@ pub struct ProxyDraft {
     pub redispatch: bool,
     pub splice: SpliceOpts,
     pub log_global: bool,
-    /// Own `log` lines.
+    /// Own `log` lines, and the line of each (same index).
     pub logs: Vec<LogTarget>,
+    pub log_locs: Vec<Location>,
     /// `option tcplog`, `option dontlognull`, `log-format`.
     pub tcplog: bool,
     pub dontlognull: bool,
@@ -90,7 +91,7 @@ pub struct ProxyDraft {
     pub acls: Vec<NamedAcl>,
     /// `tcp-request connection` rules, in order.
     pub tcp_connection: Vec<TcpConnRule>,
-    /// Each listening address with its line's options (`id` set at validation).
+    /// Each address of each `bind` line, with that line's options.
     pub binds: Vec<(SocketAddr, BindOpts, Location)>,
     pub servers: Vec<ServerDraft>,
     pub default_server: ServerOpts,
@@ -105,6 +106,21 @@ pub struct ProxyDraft {
     pub tcp_check_comment: Option<String>,
     /// `load-server-state-from-file global` (true) or `none` (false, the default).
     pub load_server_state: bool,
+    /// Where a `defaults` section said `mode http` (a proxy that inherits it
+    /// without its own `mode tcp` is refused by validation).
+    pub mode_http: Option<Location>,
+    /// Where `option httplog` was set: a frontend logs with `option tcplog`
+    /// instead, and validation warns as HAProxy does for a TCP frontend.
+    pub httplog: Option<Location>,
+    /// `option clitcpka` / `option srvtcpka` (`option tcpka` sets both).
+    pub clitcpka: bool,
+    pub srvtcpka: bool,
+    /// `option allbackups`, `option log-health-checks`, `hash-type`.
+    pub allbackups: bool,
+    pub log_health_checks: bool,
+    pub hash_type: HashType,
+    /// `source ADDR[:PORT]` of the section, for servers without their own.
+    pub source: Option<SocketAddr>,
 }
 
 impl ProxyDraft {
@@ -122,6 +138,7 @@ impl ProxyDraft {
             splice: SpliceOpts::default(),
             log_global: false,
             logs: Vec::new(),
+            log_locs: Vec::new(),
             tcplog: false,
             dontlognull: false,
             log_format: None,
@@ -137,6 +154,14 @@ impl ProxyDraft {
             tcp_check_inherited: false,
             tcp_check_comment: None,
             load_server_state: false,
+            mode_http: None,
+            httplog: None,
+            clitcpka: false,
+            srvtcpka: false,
+            allbackups: false,
+            log_health_checks: false,
+            hash_type: HashType::MapBased,
+            source: None,
         }
     }
 }
@@ -272,6 +297,23 @@ pub const PROXY: &[Keyword<ProxyDraft>] = &[
     Keyword::new(&["option", "splice-response"],    ALL,    Args::None,     splice_response),
     Keyword::new(&["option", "tcp-check"],          DEF_BE, Args::None,     option_tcp_check),
     Keyword::new(&["option", "tcplog"],             ALL,    Args::None,     tcplog),
+    Keyword::new(&["option", "httplog"],            ALL,    Args::None,     httplog),
+    Keyword::new(&["option", "tcpka"],              ALL,    Args::None,     tcpka),
+    Keyword::new(&["option", "clitcpka"],           DEF_FE, Args::None,     clitcpka),
+    Keyword::new(&["option", "srvtcpka"],           DEF_BE, Args::None,     srvtcpka),
+    Keyword::new(&["option", "allbackups"],         DEF_BE, Args::None,     allbackups),
+    Keyword::new(&["option", "log-health-checks"],  DEF_BE, Args::None,     log_health_checks),
+    Keyword::new(&["hash-type"],                    DEF_BE, Args::Required, hash_type),
+    Keyword::new(&["source"],                       DEF_BE, Args::Required, source),
+    Keyword::new(&["option", "http-server-close"],  ALL,    Args::None,     http_option),
+    Keyword::new(&["option", "httpclose"],          ALL,    Args::None,     http_option),
+    Keyword::new(&["option", "http-keep-alive"],    ALL,    Args::None,     http_option),
+    Keyword::new(&["option", "http-buffer-request"], ALL,   Args::None,     http_option),
+    Keyword::new(&["option", "http-ignore-probes"], ALL,    Args::None,     http_option),
+    Keyword::new(&["option", "http-no-delay"],      ALL,    Args::None,     http_option),
+    Keyword::new(&["option", "http-pretend-keepalive"], ALL, Args::None,    http_option),
+    Keyword::new(&["option", "forwardfor"],         ALL,    Args::None,     http_option),
+    Keyword::new(&["option", "originalto"],         ALL,    Args::None,     http_option),
     Keyword::new(&["option", "dontlognull"],        ALL,    Args::None,     dontlognull),
     Keyword::new(&["log"],                          ALL,    Args::Required, log),
     Keyword::new(&["log", "global"],                ALL,    Args::None,     log_global),
@@ -284,6 +326,11 @@ pub const PROXY: &[Keyword<ProxyDraft>] = &[
     Keyword::new(&["tcp-check", "send-binary"],     DEF_BE, Args::Required, tcp_check::send_binary),
     Keyword::new(&["tcp-check", "expect"],          DEF_BE, Args::Required, tcp_check::expect),
     Keyword::new(&["load-server-state-from-file"],  DEF_BE, Args::Required, load_server_state),
+    Keyword::new(&["errorfile"],                    ALL,    Args::Required, not_http),
+    Keyword::new(&["errorfiles"],                   ALL,    Args::Required, not_http),
+    Keyword::new(&["errorloc"],                     ALL,    Args::Required, not_http),
+    Keyword::new(&["errorloc302"],                  ALL,    Args::Required, not_http),
+    Keyword::new(&["errorloc303"],                  ALL,    Args::Required, not_http),
 ];
 
 /// HAProxy proxy keywords that only make sense for HTTP.
@@ -297,8 +344,6 @@ const HTTP_ONLY_KEYWORDS: &[&str] = &[
     "cookie",
     "capture",
     "compression",
-    "errorfile",
-    "errorloc",
     "monitor-uri",
     "stats",
     "unique-id-format",
@@ -326,9 +371,20 @@ pub fn line(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     Err(with_hint(msg, suggest(kw, candidates)))
 }
 
-fn mode(_: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+fn mode(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     match l.arg(1) {
-        Some("tcp") => {}
+        Some("tcp") => d.mode_http = None,
+        // Debian's stock `defaults` says `mode http`: the TCP proxies that
+        // follow it override it, and validation refuses the others.
+        Some("http") if d.kind == Kind::Defaults => {
+            no_extra(l.args, 2, l.kw())?;
+            d.mode_http = Some(l.loc.clone());
+            l.warnings.push(not_applicable(
+                l.loc,
+                "mode http",
+                "speak HTTP; a proxy that inherits it without 'mode tcp' is refused",
+            ));
+        }
         Some(m @ ("http" | "health" | "log")) => {
             return Err(format!("'mode {m}' is not supported by shunt (TCP only)."))
         }
@@ -346,30 +402,8 @@ fn bind(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
             "'bind' expects [addr1]:port1[-end1]{,[addr]:port[-end]}... as arguments.".to_string(),
         );
     };
-    let mut opts = BindOpts::default();
-    let mut i = 2;
-    while let Some(opt) = l.arg(i) {
-        match opt {
-            "accept-proxy" => opts.accept_proxy = true,
-            "name" => {
-                let Some(n) = l.arg(i + 1) else {
-                    return Err(format!(
-                        "'bind {list}' in section '{}' : 'name' : missing name",
-                        d.kind.section()
-                    ));
-                };
-                opts.name = Some(n.to_string());
-                i += 1;
-            }
-            _ => {
-                return Err(format!(
-                    "'bind {list}' in section '{}': unknown keyword '{opt}' (shunt supports only 'accept-proxy' and 'name').",
-                    d.kind.section()
-                ))
-            }
-        }
-        i += 1;
-    }
+    let args = l.args;
+    let opts = super::bind::parse(&args[2..], l, d.kind.section())?;
     for one in list.split(',') {
         let addrs = parse_addr(one, true).map_err(|e| format!("'bind' : {e}"))?;
         d.binds
@@ -508,7 +542,7 @@ fn option_other(_: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     let Some(name) = l.arg(1) else {
         return Err("'option' expects an option name.".to_string());
     };
-    if name.starts_with("http") || name == "forwardfor" || name == "originalto" {
+    if name.starts_with("http") {
         return Err(format!(
             "'option {name}' is not supported by shunt (TCP only)."
         ));
@@ -546,6 +580,84 @@ fn splice_response(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     option_end(l)
 }
 
+fn tcpka(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.clitcpka = option_value(l);
+    d.srvtcpka = option_value(l);
+    option_end(l)
+}
+
+fn clitcpka(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.clitcpka = option_value(l);
+    option_end(l)
+}
+
+fn srvtcpka(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.srvtcpka = option_value(l);
+    option_end(l)
+}
+
+fn allbackups(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.allbackups = option_value(l);
+    option_end(l)
+}
+
+fn log_health_checks(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.log_health_checks = option_value(l);
+    option_end(l)
+}
+
+/// The hash functions of HAProxy's `hash-type METHOD [FUNCTION [avalanche]]`.
+const HASH_FUNCTIONS: &[&str] = &["sdbm", "djb2", "wt6", "crc32"];
+
+/// `hash-type map-based|consistent [FUNCTION [avalanche]]`. shunt hashes
+/// with one function of its own whatever is named (a warning says so): the
+/// method is what decides which keys move when the servers change.
+fn hash_type(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    d.hash_type = match l.arg(1) {
+        Some("map-based") => HashType::MapBased,
+        Some("consistent") => HashType::Consistent,
+        other => {
+            return Err(format!(
+                "'hash-type' expects 'map-based' or 'consistent' (got '{}').",
+                other.unwrap_or("")
+            ))
+        }
+    };
+    let mut used = 2;
+    if let Some(f) = l.arg(2) {
+        if !HASH_FUNCTIONS.contains(&f) {
+            return Err(format!(
+                "'hash-type' : unknown hash function '{f}' (expects 'sdbm', 'djb2', 'wt6' or 'crc32')."
+            ));
+        }
+        used = 3;
+        if l.arg(3) == Some("avalanche") {
+            used = 4;
+        }
+        no_extra(l.args, used, "hash-type")?;
+        let words = l.args[2..used].join(" ");
+        l.warnings.push(not_applicable(
+            l.loc,
+            &words,
+            "choose the hash function of 'hash-type' (it uses its own)",
+        ));
+    }
+    no_extra(l.args, used, "hash-type")
+}
+
+/// `source ADDR[:PORT]` in a backend or defaults section (see
+/// [`server::source_addr`]); HAProxy's `usesrc` and `interface` are refused.
+fn source(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    let v = l.arg(1).unwrap_or("");
+    d.source = Some(server::source_addr(v).map_err(|e| format!("'source' : {e}"))?);
+    if let Some(x) = l.arg(2) {
+        return Err(format!(
+            "'source' : '{x}' is not supported by shunt (only 'source <addr>[:<port>]')."
+        ));
+    }
+    Ok(())
+}
+
 fn option_tcp_check(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     d.tcp_check = option_value(l);
     option_end(l)
@@ -555,7 +667,47 @@ fn option_tcp_check(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> 
 // as HAProxy does.
 fn tcplog(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     d.tcplog = option_value(l);
+    d.httplog = None;
     option_end(l)
+}
+
+/// `option httplog [clf]`: HAProxy falls back to `option tcplog` in a TCP
+/// frontend, and so does shunt, where every frontend is one.
+fn httplog(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    match l.arg(2) {
+        None | Some("clf") => no_extra(l.args, 3, "option httplog")?,
+        Some(x) => {
+            return Err(format!(
+                "'option httplog' only supports optional argument 'clf' (got '{x}')."
+            ))
+        }
+    }
+    d.tcplog = option_value(l);
+    d.httplog = option_value(l).then(|| l.loc.clone());
+    Ok(())
+}
+
+/// An HTTP-only `option` (a shared `defaults` section often sets them): it
+/// changes nothing in a TCP proxy, so it is accepted with a warning.
+fn http_option(_: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    // `forwardfor` and `originalto` take their own words (`except NET`,
+    // `header NAME`, `if-none`), moot here; the other entries are flags.
+    if !matches!(l.arg(1), Some("forwardfor" | "originalto")) {
+        option_end(l)?;
+    }
+    let kw = l.args[..2].join(" ");
+    let kw = if l.negate { format!("no {kw}") } else { kw };
+    l.warnings.push(not_applicable(l.loc, &kw, "speak HTTP"));
+    Ok(())
+}
+
+/// `errorfile` and its kin: HTTP error pages, which a TCP proxy never sends.
+fn not_http(_: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    if l.arg(1).is_none() {
+        return Err(format!("'{}' expects an argument.", l.kw()));
+    }
+    l.warnings.push(not_applicable(l.loc, l.kw(), "speak HTTP"));
+    Ok(())
 }
 
 fn dontlognull(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
@@ -576,6 +728,7 @@ fn no(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
         Some("log") => {
             d.log_global = false;
             d.logs.clear();
+            d.log_locs.clear();
             no_extra(l.args, 2, "no log")
         }
         _ => Err("'no' is only supported before 'option' and 'log'.".to_string()),
@@ -588,6 +741,7 @@ fn log(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
         return Err("log : expects <address> and <facility> or global as arguments".to_string());
     }
     d.logs.push(log_target(&l.args[1..])?);
+    d.log_locs.push(l.loc.clone());
     Ok(())
 }
 
@@ -602,6 +756,7 @@ fn log_format(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
         .ok_or_else(|| "'log-format' expects a format string.".to_string())?;
     no_extra(l.args, 2, l.kw())?;
     d.log_format = Some(LogFormat::parse(f).map_err(|e| format!("'log-format' : {e}"))?);
+    d.httplog = None;
     Ok(())
 }
 

@@ -27,6 +27,8 @@ pub struct ServerOpts {
     pub check: CheckParams,
     pub pool: PoolParams,
     pub send_proxy: SendProxy,
+    /// `source ADDR[:PORT]`.
+    pub source: Option<SocketAddr>,
 }
 
 impl Default for ServerOpts {
@@ -40,6 +42,7 @@ impl Default for ServerOpts {
             check: CheckParams::default(),
             pool: PoolParams::default(),
             send_proxy: SendProxy::default(),
+            source: None,
         }
     }
 }
@@ -118,6 +121,7 @@ pub const SERVER: &[Keyword<ServerLine>] = &[
     Keyword::new(&["send-proxy"],          SD, Args::None,     send_proxy),
     Keyword::new(&["send-proxy-v2"],       SD, Args::None,     send_proxy_v2),
     Keyword::new(&["slowstart"],           SD, Args::Required, slowstart),
+    Keyword::new(&["source"],              SD, Args::Required, source),
     Keyword::new(&["weight"],              SD, Args::Required, weight),
     Keyword::new(&["pool-max-conn"],       SD, Args::Required, pool_max_conn),
     Keyword::new(&["pool-low-conn"],       SD, Args::Required, pool_low_conn),
@@ -372,6 +376,40 @@ fn port(s: &mut ServerLine, l: &mut Line<'_>) -> Result<(), String> {
 
 fn agent_port(s: &mut ServerLine, l: &mut Line<'_>) -> Result<(), String> {
     s.opts.check.agent_port = Some(port_arg(l.arg(1), l.kw())?);
+    Ok(())
+}
+
+/// `source ADDR[:PORT]`: an IP address, with an optional port (0 or none:
+/// the kernel picks one). HAProxy's port ranges (`ADDR:LOW-HIGH`) are refused.
+pub fn source_addr(v: &str) -> Result<SocketAddr, String> {
+    if v.is_empty() {
+        return Err("expects <addr>[:<port>] as argument.".to_string());
+    }
+    if let Ok(ip) = v.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, 0));
+    }
+    if let Some(ip) = v
+        .strip_prefix('[')
+        .and_then(|r| r.strip_suffix(']'))
+        .and_then(|r| r.parse::<IpAddr>().ok())
+    {
+        return Ok(SocketAddr::new(ip, 0));
+    }
+    if v.rsplit_once(':').is_some_and(|(_, p)| p.contains('-')) {
+        return Err(format!(
+            "port ranges are not supported by shunt (got '{v}')."
+        ));
+    }
+    let addrs = parse_addr(v, false)?;
+    match addrs.as_slice() {
+        [a] if !a.ip().is_multicast() => Ok(*a),
+        _ => Err(format!("invalid source address '{v}'.")),
+    }
+}
+
+fn source(s: &mut ServerLine, l: &mut Line<'_>) -> Result<(), String> {
+    let v = l.arg(1).unwrap_or("");
+    s.opts.source = Some(source_addr(v).map_err(|e| format!("'source' : {e}"))?);
     Ok(())
 }
 

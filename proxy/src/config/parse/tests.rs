@@ -6,7 +6,7 @@
 //! that needs none accepts it.
 
 use super::super::{parse_str, ConfigError};
-use super::{global, log, proxy, server, stats_socket, tcp_check};
+use super::{bind, global, log, proxy, server, stats_socket, tcp_check};
 use super::{Args, Keyword, Sections};
 
 /// A table as the walk sees it.
@@ -36,6 +36,7 @@ fn tables() -> Vec<Table> {
             server::SERVER,
         ),
         table("stats socket", Sections::STATS_SOCKET, stats_socket::SOCKET),
+        table("bind", Sections::BIND, bind::BIND),
         table(
             "tcp-check connect",
             Sections::TCP_CHECK_CONNECT,
@@ -50,7 +51,7 @@ fn tables() -> Vec<Table> {
 }
 
 /// Every place a keyword can stand in.
-const PLACES: [(Sections, &str); 10] = [
+const PLACES: [(Sections, &str); 11] = [
     (Sections::GLOBAL, "global"),
     (Sections::DEFAULTS, "defaults"),
     (Sections::FRONTEND, "frontend"),
@@ -61,6 +62,7 @@ const PLACES: [(Sections, &str); 10] = [
     (Sections::STATS_SOCKET, "stats socket"),
     (Sections::TCP_CHECK_CONNECT, "tcp-check connect"),
     (Sections::TCP_CHECK_EXPECT, "tcp-check expect"),
+    (Sections::BIND, "bind"),
 ];
 
 /// A configuration whose line 2 holds `words` in `place`. `tail` completes
@@ -78,6 +80,7 @@ fn config(place: Sections, words: &str, tail: bool) -> String {
         Sections::DEFAULT_SERVER => format!("backend be\n default-server {words}\n"),
         Sections::STATS_SOCKET => format!("global\n stats socket /tmp/t.sock {words}\n"),
         Sections::TCP_CHECK_CONNECT => format!("backend be\n tcp-check connect {words}\n"),
+        Sections::BIND => format!("frontend fe\n bind 127.0.0.1:1 {words}\n"),
         Sections::TCP_CHECK_EXPECT => {
             format!("backend be\n tcp-check expect {words}{expect_tail}\n")
         }

@@ -1,7 +1,8 @@
 //! A fresh server connection (a flow's own connect and a spare's alike), and what
 //! its failure says: which side it came from and whether another attempt may help.
 //!
-//! Owns: [`connect`] and [`ConnectError`]. The retry loop (`session.rs`,
+//! Owns: [`connect`], [`ConnectOpts`] (what the configuration asks of a
+//! server socket: `source`, `option srvtcpka`) and [`ConnectError`]. The retry loop (`session.rs`,
 //! `retries`, `option redispatch`) asks [`ConnectError::retryable`], never the
 //! errno itself. The classes are HAProxy's `SF_ERR_*` of `tcp_connect_server`.
 
@@ -73,18 +74,57 @@ impl ConnectError {
     }
 }
 
-/// A fresh connection to `addr` (TCP_NODELAY), bounded by `timeout connect`:
-/// a flow's own connect and a spare's alike.
-pub async fn connect(
-    addr: SocketAddr,
-    timeout: Option<Duration>,
-) -> Result<tokio::net::TcpStream, ConnectError> {
+/// What the configuration asks of a socket to one server, for every
+/// connection to it: a flow's, a warm spare's and a health check's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ConnectOpts {
+    /// `source ADDR[:PORT]`: bind there before connecting.
+    pub source: Option<SocketAddr>,
+    /// `option srvtcpka`: SO_KEEPALIVE.
+    pub keepalive: bool,
+}
+
+impl ConnectOpts {
+    /// The options of server `srv` of backend `be`.
+    pub fn of(be: &crate::config::Backend, srv: &crate::config::Server) -> Self {
+        Self {
+            source: srv.source,
+            keepalive: be.opts.srvtcpka,
+        }
+    }
+}
+
+/// A socket for a connection to `addr` with `opts` applied, not connected
+/// yet. A `source` of the other address family than `addr` is refused by
+/// the kernel's bind (an internal error: it would fail again).
+pub fn socket(addr: SocketAddr, opts: ConnectOpts) -> io::Result<tokio::net::TcpSocket> {
     let sock = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()
     } else {
         tokio::net::TcpSocket::new_v6()
+    }?;
+    if opts.keepalive {
+        sock.set_keepalive(true)?;
     }
-    .map_err(|e| ConnectError::local(addr, e))?;
+    if let Some(src) = opts.source {
+        // A fixed source port may be reused while its last connection sits in
+        // TIME_WAIT (HAProxy sets the same flag on its outgoing sockets).
+        if src.port() != 0 {
+            sock.set_reuseaddr(true)?;
+        }
+        sock.bind(src)?;
+    }
+    Ok(sock)
+}
+
+/// A fresh connection to `addr` (TCP_NODELAY, `opts`), bounded by `timeout
+/// connect`: a flow's own connect and a spare's alike.
+pub async fn connect(
+    addr: SocketAddr,
+    timeout: Option<Duration>,
+    opts: ConnectOpts,
+) -> Result<tokio::net::TcpStream, ConnectError> {
+    let sock = socket(addr, opts).map_err(|e| ConnectError::local(addr, e))?;
     sock.set_nodelay(true)
         .map_err(|e| ConnectError::local(addr, e))?;
     let fut = sock.connect(addr);
@@ -131,6 +171,46 @@ mod tests {
     }
 
     #[test]
+    fn options_bind_the_source_and_set_keepalive() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        let to = l.local_addr().expect("addr");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let opts = ConnectOpts {
+            source: Some(SocketAddr::from(([127, 0, 0, 2], 0))),
+            keepalive: true,
+        };
+        let s = rt
+            .block_on(connect(to, Some(Duration::from_secs(5)), opts))
+            .expect("connect from 127.0.0.2");
+        let (_, peer) = l.accept().expect("accept");
+        assert_eq!(peer.ip(), opts.source.map(|a| a.ip()).expect("source"));
+        assert!(socket2::SockRef::from(&s)
+            .keepalive()
+            .expect("SO_KEEPALIVE"));
+        let plain = rt
+            .block_on(connect(to, None, ConnectOpts::default()))
+            .expect("connect");
+        let (_, peer) = l.accept().expect("accept");
+        assert_eq!(peer.ip(), std::net::Ipv4Addr::LOCALHOST);
+        assert!(!socket2::SockRef::from(&plain)
+            .keepalive()
+            .expect("SO_KEEPALIVE"));
+        // A source of the other family cannot be bound for this address.
+        let v6 = ConnectOpts {
+            source: Some("[::1]:0".parse().expect("v6")),
+            keepalive: false,
+        };
+        let e = rt
+            .block_on(connect(to, None, v6))
+            .expect_err("v6 source for a v4 server");
+        assert!(matches!(e, ConnectError::Internal { .. }), "{e}");
+        assert!(!e.retryable());
+    }
+
+    #[test]
     fn a_refused_connect_is_the_servers_and_retryable() {
         // A port nobody listens on: bound, its address taken, then closed.
         let closed = std::net::TcpListener::bind("127.0.0.1:0")
@@ -141,7 +221,11 @@ mod tests {
             .build()
             .expect("runtime");
         let e = rt
-            .block_on(connect(closed, Some(Duration::from_secs(5))))
+            .block_on(connect(
+                closed,
+                Some(Duration::from_secs(5)),
+                ConnectOpts::default(),
+            ))
             .expect_err("nothing listens there");
         assert!(matches!(e, ConnectError::Server { .. }), "{e}");
         assert!(e.retryable() && !e.timed_out());

@@ -56,7 +56,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::PoolParams;
 
-pub use connect::{connect, ConnectError};
+pub use connect::{connect, socket, ConnectError, ConnectOpts};
 pub use sizing::{per_thread_target, Sizing};
 
 thread_local! {
