@@ -13,6 +13,7 @@
 //! server), all released by guards so every exit path, including the future
 //! being dropped at hard stop, leaves counters and queues consistent.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -445,220 +446,225 @@ const MAX_ADDR_CHANGE_RETRIES: usize = 3;
 /// Run one client flow accepted on bind address `bind` of frontend `fe_idx`;
 /// `flow` is its id in this worker's registry (`stats::flows`), kept up to
 /// date as the flow progresses.
-pub async fn run(
+///
+/// Not an `async fn`: one would keep its arguments twice in the flow's
+/// future (as arguments and as the body's locals).
+#[allow(clippy::manual_async_fn)]
+pub fn run(
     state: Arc<Runtime>,
     fe_idx: usize,
     bind: usize,
     client: TcpStream,
-    peer: SocketAddr,
+    mut peer: SocketAddr,
     flow: u64,
-) {
-    let fe = &state.config.frontends[fe_idx];
-    let fe_ctr = &state.stats.frontends[fe_idx];
-    let accepted = SystemTime::now();
-    let mut dst = client.local_addr().ok();
-    let Some(expect_proxy) = connection_rules(fe, peer, dst) else {
-        // As HAProxy: counted in the frontend's denied connections, never a
-        // session, never logged; dropping the socket closes it.
-        tracing::debug!(frontend = %fe.name, %peer, "rejected by tcp-request connection");
-        fe_ctr.event(Event::Denied);
-        return;
-    };
-    let mut peer = peer;
-    let mut consumed = 0;
-    let opts = fe.bind_opts.get(bind);
-    if expect_proxy || opts.is_some_and(|o| o.accept_proxy) {
-        match read_proxy_header(&client, fe.timeouts.client).await {
-            Ok(h) => {
-                consumed = h.len as u64;
-                if let Some((src, to)) = h.addrs {
-                    peer = src;
-                    dst = Some(to);
-                    flows::update(flow, |f| f.client = src);
-                }
-            }
-            Err(e) => {
-                // As HAProxy's `session_kill_embryonic`: one log line with
-                // the real address, no session counted, closed with a reset.
-                let label = opts.map(|o| o.label()).unwrap_or_default();
-                tracing::debug!(frontend = %fe.name, %peer, error = %e, "no PROXY header");
-                crate::log::connection_error(&state, fe_idx, peer, accepted, &label, &e, e.null());
-                let _ = crate::sys::sock::set_linger_reset(client.as_fd());
-                return;
-            }
-        }
-    }
-    // The traffic log line, emitted when this drops: declared before the
-    // gauges so that it drops last (HAProxy's end-of-flow counts).
-    let mut log = FlowGuard::accepted_at(&state, fe_idx, peer, dst, accepted);
-    fe_ctr.event(Event::Session);
-    let _fe_open = Open::new(fe_ctr);
-    if fe.clitcpka {
-        // `option clitcpka`: a failure only loses the probes, not the flow.
-        if let Err(e) = socket2::SockRef::from(&client).set_keepalive(true) {
-            tracing::debug!(frontend = %fe.name, %peer, error = %e, "cannot set SO_KEEPALIVE");
-        }
-    }
-
-    let Some(be_idx) = route(&state, fe, peer, dst, &client).await else {
-        tracing::debug!(frontend = %fe.name, %peer, "no backend to route to; closing");
-        fe_ctr.event(Event::Denied);
-        log.end_at(Cause::Proxy, LogPhase::Request);
-        return;
-    };
-    log.routed(be_idx);
-    let be = &state.config.backends[be_idx];
-    let be_rt = &state.backends[be_idx];
-    let be_ctr = &state.stats.backends[be_idx];
-    flows::update(flow, |f| f.be = Some(be_idx));
-    be_ctr.event(Event::Session);
-    let _be_open = Open::new(be_ctr);
-
-    // Acquire a server slot and connect, with HAProxy's retry and redispatch rules:
-    // `retries` further attempts on the same server, after a failure the error
-    // calls retryable (`ConnectError::retryable`: all but an internal one); the
-    // last one goes elsewhere when `option redispatch` is set.
-    let mut exclude = None;
-    let mut attempts_left = be.retries;
-    let mut slot = None;
-    let mut server = None;
-    while server.is_none() {
-        let s = match slot.take() {
-            Some(s) => s,
-            None => match be_rt.acquire(peer, exclude, be.timeouts.queue).await {
-                Ok(s) => s,
-                Err(e) => {
-                    match e {
-                        AcquireError::QueueTimeout => be_ctr.event(Event::Timeout),
-                        AcquireError::QueueFull | AcquireError::NoServer => {
-                            be_ctr.event(Event::Denied)
-                        }
-                    }
-                    log.end_at(
-                        match e {
-                            AcquireError::QueueTimeout => Cause::ServerTimeout,
-                            _ => Cause::ServerAbort,
-                        },
-                        match e {
-                            AcquireError::NoServer => LogPhase::Connect,
-                            _ => LogPhase::Queue,
-                        },
-                    );
-                    tracing::debug!(backend = %be.name, %peer, error = %e, "no server for flow");
-                    return;
-                }
-            },
+) -> impl Future<Output = ()> {
+    async move {
+        let fe = &state.config.frontends[fe_idx];
+        let fe_ctr = &state.stats.frontends[fe_idx];
+        let accepted = SystemTime::now();
+        let mut dst = client.local_addr().ok();
+        let Some(expect_proxy) = connection_rules(fe, peer, dst) else {
+            // As HAProxy: counted in the frontend's denied connections, never a
+            // session, never logged; dropping the socket closes it.
+            tracing::debug!(frontend = %fe.name, %peer, "rejected by tcp-request connection");
+            fe_ctr.event(Event::Denied);
+            return;
         };
-        let srv_idx = s.index();
-        let srv_ctr = &state.stats.servers[be_idx][srv_idx];
-        log.assigned(srv_idx);
-        let opts = ConnectOpts::of(be, &be.servers[s.index()]);
-
-        let header = be
-            .servers
-            .get(srv_idx)
-            .and_then(|c| proxy_header(c.send_proxy.version(), peer, dst));
-        let connected =
-            connect_server(s.server(), be.timeouts.connect, opts, header.as_ref()).await;
-        crate::checks::observe::report(&state, be_idx, srv_idx, connected.is_ok());
-        match connected {
-            Ok(conn) => {
-                log.connected(conn.peer_addr().ok(), conn.local_addr().ok());
-                srv_ctr.event(Event::Session);
-                server = Some(conn);
-                slot = Some(s);
-            }
-            Err(e) => {
-                srv_ctr.event(Event::ConnError);
-                be_ctr.event(Event::ConnError);
-                tracing::debug!(backend = %be.name, server = %s.server().name, error = %e, origin = ?e.origin(), retryable = e.retryable(), "connect failed");
-                if attempts_left == 0 || !e.retryable() {
-                    // A resource shortage that outlived the retries stays `S`, as
-                    // every failure but a timeout was before errors had classes.
-                    log.end(if e.timed_out() {
-                        Cause::ServerTimeout
-                    } else if e.retryable() {
-                        Cause::ServerAbort
-                    } else {
-                        Cause::Internal
-                    });
+        let mut consumed = 0;
+        let opts = fe.bind_opts.get(bind);
+        if expect_proxy || opts.is_some_and(|o| o.accept_proxy) {
+            match read_proxy_header(&client, fe.timeouts.client).await {
+                Ok(h) => {
+                    consumed = h.len as u64;
+                    if let Some((src, to)) = h.addrs {
+                        peer = src;
+                        dst = Some(to);
+                        flows::update(flow, |f| f.client = src);
+                    }
+                }
+                Err(e) => {
+                    // As HAProxy's `session_kill_embryonic`: one log line with
+                    // the real address, no session counted, closed with a reset.
+                    let label = opts.map(|o| o.label()).unwrap_or_default();
+                    tracing::debug!(frontend = %fe.name, %peer, error = %e, "no PROXY header");
+                    crate::log::connection_error(&state, fe_idx, peer, accepted, &label, &e, e.null());
+                    let _ = crate::sys::sock::set_linger_reset(client.as_fd());
                     return;
                 }
-                attempts_left -= 1;
-                log.retried(attempts_left == 0 && be.redispatch && be_rt.servers.len() > 1);
-                srv_ctr.event(Event::Retry);
-                be_ctr.event(Event::Retry);
-                if attempts_left == 0 && be.redispatch && be_rt.servers.len() > 1 {
-                    srv_ctr.event(Event::Redispatch);
-                    be_ctr.event(Event::Redispatch);
-                    exclude = Some(srv_idx);
-                    drop(s); // the slot is released; a new pick follows
-                } else {
-                    let pause = be
-                        .timeouts
-                        .connect
-                        .map_or(RETRY_TURNAROUND_MAX, |c| c.min(RETRY_TURNAROUND_MAX));
-                    tokio::time::sleep(pause).await;
+            }
+        }
+        // The traffic log line, emitted when this drops: declared before the
+        // gauges so that it drops last (HAProxy's end-of-flow counts).
+        let mut log = FlowGuard::accepted_at(&state, fe_idx, peer, dst, accepted);
+        fe_ctr.event(Event::Session);
+        let _fe_open = Open::new(fe_ctr);
+        if fe.clitcpka {
+            // `option clitcpka`: a failure only loses the probes, not the flow.
+            if let Err(e) = socket2::SockRef::from(&client).set_keepalive(true) {
+                tracing::debug!(frontend = %fe.name, %peer, error = %e, "cannot set SO_KEEPALIVE");
+            }
+        }
+
+        let Some(be_idx) = route(&state, fe, peer, dst, &client).await else {
+            tracing::debug!(frontend = %fe.name, %peer, "no backend to route to; closing");
+            fe_ctr.event(Event::Denied);
+            log.end_at(Cause::Proxy, LogPhase::Request);
+            return;
+        };
+        log.routed(be_idx);
+        let be = &state.config.backends[be_idx];
+        let be_rt = &state.backends[be_idx];
+        let be_ctr = &state.stats.backends[be_idx];
+        flows::update(flow, |f| f.be = Some(be_idx));
+        be_ctr.event(Event::Session);
+        let _be_open = Open::new(be_ctr);
+
+        // Acquire a server slot and connect, with HAProxy's retry and redispatch rules:
+        // `retries` further attempts on the same server, after a failure the error
+        // calls retryable (`ConnectError::retryable`: all but an internal one); the
+        // last one goes elsewhere when `option redispatch` is set.
+        let mut exclude = None;
+        let mut attempts_left = be.retries;
+        let mut slot = None;
+        let mut server = None;
+        while server.is_none() {
+            let s = match slot.take() {
+                Some(s) => s,
+                None => match be_rt.acquire(peer, exclude, be.timeouts.queue).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        match e {
+                            AcquireError::QueueTimeout => be_ctr.event(Event::Timeout),
+                            AcquireError::QueueFull | AcquireError::NoServer => {
+                                be_ctr.event(Event::Denied)
+                            }
+                        }
+                        log.end_at(
+                            match e {
+                                AcquireError::QueueTimeout => Cause::ServerTimeout,
+                                _ => Cause::ServerAbort,
+                            },
+                            match e {
+                                AcquireError::NoServer => LogPhase::Connect,
+                                _ => LogPhase::Queue,
+                            },
+                        );
+                        tracing::debug!(backend = %be.name, %peer, error = %e, "no server for flow");
+                        return;
+                    }
+                },
+            };
+            let srv_idx = s.index();
+            let srv_ctr = &state.stats.servers[be_idx][srv_idx];
+            log.assigned(srv_idx);
+            let opts = ConnectOpts::of(be, &be.servers[s.index()]);
+
+            let header = be
+                .servers
+                .get(srv_idx)
+                .and_then(|c| proxy_header(c.send_proxy.version(), peer, dst));
+            let connected =
+                connect_server(s.server(), be.timeouts.connect, opts, header.as_ref()).await;
+            crate::checks::observe::report(&state, be_idx, srv_idx, connected.is_ok());
+            match connected {
+                Ok(conn) => {
+                    log.connected(conn.peer_addr().ok(), conn.local_addr().ok());
+                    srv_ctr.event(Event::Session);
+                    server = Some(conn);
                     slot = Some(s);
                 }
+                Err(e) => {
+                    srv_ctr.event(Event::ConnError);
+                    be_ctr.event(Event::ConnError);
+                    tracing::debug!(backend = %be.name, server = %s.server().name, error = %e, origin = ?e.origin(), retryable = e.retryable(), "connect failed");
+                    if attempts_left == 0 || !e.retryable() {
+                        // A resource shortage that outlived the retries stays `S`, as
+                        // every failure but a timeout was before errors had classes.
+                        log.end(if e.timed_out() {
+                            Cause::ServerTimeout
+                        } else if e.retryable() {
+                            Cause::ServerAbort
+                        } else {
+                            Cause::Internal
+                        });
+                        return;
+                    }
+                    attempts_left -= 1;
+                    log.retried(attempts_left == 0 && be.redispatch && be_rt.servers.len() > 1);
+                    srv_ctr.event(Event::Retry);
+                    be_ctr.event(Event::Retry);
+                    if attempts_left == 0 && be.redispatch && be_rt.servers.len() > 1 {
+                        srv_ctr.event(Event::Redispatch);
+                        be_ctr.event(Event::Redispatch);
+                        exclude = Some(srv_idx);
+                        drop(s); // the slot is released; a new pick follows
+                    } else {
+                        let pause = be
+                            .timeouts
+                            .connect
+                            .map_or(RETRY_TURNAROUND_MAX, |c| c.min(RETRY_TURNAROUND_MAX));
+                        tokio::time::sleep(pause).await;
+                        slot = Some(s);
+                    }
+                }
             }
         }
-    }
-    let (Some(server), Some(slot)) = (server, slot) else {
-        return;
-    };
-    let srv_idx = slot.index();
-    let srv_ctr = &state.stats.servers[be_idx][srv_idx];
-    let _srv_open = Open::new(srv_ctr);
-    // Counts in the pool's sizing (`used_cur`) while the flow runs.
-    let _used = slot.server().pool.used();
+        let (Some(server), Some(slot)) = (server, slot) else {
+            return;
+        };
+        let srv_idx = slot.index();
+        let srv_ctr = &state.stats.servers[be_idx][srv_idx];
+        let _srv_open = Open::new(srv_ctr);
+        // Counts in the pool's sizing (`used_cur`) while the flow runs.
+        let _used = slot.server().pool.used();
 
-    let meter = FlowMeter {
-        fe: fe_ctr,
-        be: be_ctr,
-        srv: srv_ctr,
-        route: handoff::FlowRoute {
-            fe: fe_idx,
-            be: be_idx,
-            srv: srv_idx,
-        },
-        flow,
-        modes: &state.stats.modes,
-        consumed,
-    };
-    let plan = choose_plan(&state, fe, be);
-    let server_addr = server.peer_addr().ok();
-    let fd_server = std::os::fd::AsRawFd::as_raw_fd(&server);
-    flows::update(flow, |f| {
-        f.srv = Some(srv_idx);
-        f.server = server_addr;
-        f.fd_server = fd_server;
-        f.mode = Some(plan.name());
-    });
-    let out = handoff::forward(
-        &state.forwarding,
-        client,
-        server,
-        Vec::new(),
-        plan,
-        crate::runtime::flow::timeouts(fe, be),
-        &meter,
-    )
-    .await;
-    if let End::Error { origin, source } = &out.end {
-        tracing::debug!(?origin, error = %source, "flow ended with an error");
+        let meter = FlowMeter {
+            fe: fe_ctr,
+            be: be_ctr,
+            srv: srv_ctr,
+            route: handoff::FlowRoute {
+                fe: fe_idx,
+                be: be_idx,
+                srv: srv_idx,
+            },
+            flow,
+            modes: &state.stats.modes,
+            consumed,
+        };
+        let plan = choose_plan(&state, fe, be);
+        let server_addr = server.peer_addr().ok();
+        let fd_server = std::os::fd::AsRawFd::as_raw_fd(&server);
+        flows::update(flow, |f| {
+            f.srv = Some(srv_idx);
+            f.server = server_addr;
+            f.fd_server = fd_server;
+            f.mode = Some(plan.name());
+        });
+        let out = handoff::forward(
+            &state.forwarding,
+            client,
+            server,
+            Vec::new(),
+            plan,
+            crate::runtime::flow::timeouts(fe, be),
+            &meter,
+        )
+        .await;
+        if let End::Error { origin, source } = &out.end {
+            tracing::debug!(?origin, error = %source, "flow ended with an error");
+        }
+        crate::runtime::flow::account_end(
+            &state,
+            &out,
+            Some(&mut log),
+            Some([fe_ctr, be_ctr, srv_ctr]),
+        );
+        tracing::debug!(
+            frontend = %fe.name, backend = %be.name, server = %slot.server().name, %peer,
+            to_server = out.to_server, to_client = out.to_client, mode = ?out.mode, end = ?out.end,
+            promoted_after = ?out.promoted,
+            origin = ?out.end.origin(),
+            "flow closed"
+        );
     }
-    crate::runtime::flow::account_end(
-        &state,
-        &out,
-        Some(&mut log),
-        Some([fe_ctr, be_ctr, srv_ctr]),
-    );
-    tracing::debug!(
-        frontend = %fe.name, backend = %be.name, server = %slot.server().name, %peer,
-        to_server = out.to_server, to_client = out.to_client, mode = ?out.mode, end = ?out.end,
-        promoted_after = ?out.promoted,
-        origin = ?out.end.origin(),
-        "flow closed"
-    );
 }

@@ -245,96 +245,101 @@ pub struct Outcome {
 /// `promote::PARK_LIMIT` call the promotion off (the flow is watched again,
 /// a bounded number of times); a pair the kernel refuses goes on in
 /// userspace, never watched again.
-pub async fn forward(
-    fwd: &Forwarding,
+///
+/// Not an `async fn`: one would keep its arguments twice in the future (as
+/// arguments and as the body's locals), room every flow pays for.
+#[allow(clippy::manual_async_fn)]
+pub fn forward<'a>(
+    fwd: &'a Forwarding,
     client: TcpStream,
     server: TcpStream,
-    pending: Vec<u8>,
+    mut pending: Vec<u8>,
     plan: Plan,
     timeouts: FlowTimeouts,
-    meter: &dyn Meter,
-) -> Outcome {
-    for s in [&client, &server] {
-        if let Err(e) = sock::set_nodelay(s.as_fd()) {
-            tracing::debug!(error = %e, "TCP_NODELAY at flow start failed");
-        }
-    }
-    let (mut mode, promote) = match plan {
-        Plan::Fixed(m) => (m, None),
-        Plan::Auto(p) => (Mode::Copy, p),
-    };
-    let auto = matches!(plan, Plan::Auto(_));
-    let flow = Flow::watched(meter, promote);
-    let pool = &fwd.pipes;
-    let started = tokio::time::Instant::now();
-    let mut pending = pending;
-    let mut promoted = None;
-    loop {
-        if mode == Mode::Sockmap {
-            let pending = std::mem::take(&mut pending);
-            let (ins, st) = match Box::pin(insert_kernel(fwd, &flow, &client, &server, pending))
-                .await
-            {
-                Ok(i) => i,
-                Err(KernelFallback::Splice(why)) => {
-                    tracing::debug!(reason = %why, "flow not eligible for sockmap; forwarding in userspace");
-                    flow.call_off(false);
-                    mode = if auto { Mode::Copy } else { Mode::Splice };
-                    promoted = None;
-                    continue;
-                }
-                Err(KernelFallback::Failed(end)) => {
-                    return finish(&flow, &client, &server, Mode::Sockmap, end, promoted)
-                }
-            };
-            if promoted.is_some() {
-                meter.promoted();
+    meter: &'a dyn Meter,
+) -> impl Future<Output = Outcome> + use<'a> {
+    async move {
+        for s in [&client, &server] {
+            if let Err(e) = sock::set_nodelay(s.as_fd()) {
+                tracing::debug!(error = %e, "TCP_NODELAY at flow start failed");
             }
-            // Boxed: see `userspace` below.
-            let kernel = Box::pin(run_kernel(
+        }
+        let (mut mode, promote) = match plan {
+            Plan::Fixed(m) => (m, None),
+            Plan::Auto(p) => (Mode::Copy, p),
+        };
+        let auto = matches!(plan, Plan::Auto(_));
+        let flow = Flow::watched(meter, promote);
+        let pool = &fwd.pipes;
+        let started = tokio::time::Instant::now();
+        let mut promoted = None;
+        loop {
+            if mode == Mode::Sockmap {
+                let pending = std::mem::take(&mut pending);
+                let (ins, st) = match Box::pin(insert_kernel(fwd, &flow, &client, &server, pending))
+                    .await
+                {
+                    Ok(i) => i,
+                    Err(KernelFallback::Splice(why)) => {
+                        tracing::debug!(reason = %why, "flow not eligible for sockmap; forwarding in userspace");
+                        flow.call_off(false);
+                        mode = if auto { Mode::Copy } else { Mode::Splice };
+                        promoted = None;
+                        continue;
+                    }
+                    Err(KernelFallback::Failed(end)) => {
+                        return finish(&flow, &client, &server, Mode::Sockmap, end, promoted)
+                    }
+                };
+                if promoted.is_some() {
+                    meter.promoted();
+                }
+                // Boxed: see `userspace` below.
+                let kernel = Box::pin(run_kernel(
+                    &flow,
+                    &client,
+                    &server,
+                    ins,
+                    st,
+                    &timeouts,
+                    (0, 0),
+                ));
+                return match kernel.await {
+                    KernelEnd::Ended(end) => {
+                        finish(&flow, &client, &server, Mode::Sockmap, end, promoted)
+                    }
+                    KernelEnd::HandedOver => handed_over(&flow),
+                };
+            }
+            let splice = mode == Mode::Splice;
+            // Boxed like the kernel stage: the flow's own future keeps only what
+            // both stages share, and each flow holds the room of the stage it is in.
+            let driven = Box::pin(userspace(
+                pool,
                 &flow,
                 &client,
                 &server,
-                ins,
-                st,
+                std::mem::take(&mut pending),
+                splice,
+                auto,
                 &timeouts,
-                (0, 0),
-            ));
-            return match kernel.await {
-                KernelEnd::Ended(end) => {
-                    finish(&flow, &client, &server, Mode::Sockmap, end, promoted)
+            ))
+            .await;
+            match driven {
+                Driven::End(end) => {
+                    let used = match (auto, splice) {
+                        _ if flow.fell_back.get() => Mode::Copy,
+                        (true, _) if flow.spliced.get() => Mode::Splice,
+                        (true, _) | (false, false) => Mode::Copy,
+                        (false, true) => Mode::Splice,
+                    };
+                    return finish(&flow, &client, &server, used, end, None);
                 }
-                KernelEnd::HandedOver => handed_over(&flow),
-            };
-        }
-        let splice = mode == Mode::Splice;
-        // Boxed like the kernel stage: the flow's own future keeps only what
-        // both stages share, and each flow holds the room of the stage it is in.
-        let driven = Box::pin(userspace(
-            pool,
-            &flow,
-            &client,
-            &server,
-            std::mem::take(&mut pending),
-            splice,
-            auto,
-            &timeouts,
-        ))
-        .await;
-        match driven {
-            Driven::End(end) => {
-                let used = match (auto, splice) {
-                    _ if flow.fell_back.get() => Mode::Copy,
-                    (true, _) if flow.spliced.get() => Mode::Splice,
-                    (true, _) | (false, false) => Mode::Copy,
-                    (false, true) => Mode::Splice,
-                };
-                return finish(&flow, &client, &server, used, end, None);
-            }
-            Driven::Quiescent => {
-                flow.promoting();
-                promoted = Some(started.elapsed());
-                mode = Mode::Sockmap;
+                Driven::Quiescent => {
+                    flow.promoting();
+                    promoted = Some(started.elapsed());
+                    mode = Mode::Sockmap;
+                }
             }
         }
     }
