@@ -487,7 +487,15 @@ pub fn run(
                     // the real address, no session counted, closed with a reset.
                     let label = opts.map(|o| o.label()).unwrap_or_default();
                     tracing::debug!(frontend = %fe.name, %peer, error = %e, "no PROXY header");
-                    crate::log::connection_error(&state, fe_idx, peer, accepted, &label, &e, e.null());
+                    crate::log::connection_error(
+                        &state,
+                        fe_idx,
+                        peer,
+                        accepted,
+                        &label,
+                        &e,
+                        e.null(),
+                    );
                     let _ = crate::sys::sock::set_linger_reset(client.as_fd());
                     return;
                 }

@@ -22,6 +22,27 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Record the candidates and their static weights in `built_from`, the
+    /// set a weight table or a ring was built from; false when they are
+    /// already what it holds (nothing to rebuild).
+    pub fn record_weights(&self, built_from: &mut Vec<(usize, u32)>) -> bool {
+        let same = built_from.len() == self.cands.len()
+            && built_from
+                .iter()
+                .zip(self.cands)
+                .all(|(&(s, w), &c)| s == c && w == self.servers[c].static_weight());
+        if same {
+            return false;
+        }
+        built_from.clear();
+        built_from.extend(
+            self.cands
+                .iter()
+                .map(|&c| (c, self.servers[c].static_weight())),
+        );
+        true
+    }
+
     /// May take this connection right now: not excluded and below maxconn.
     pub fn eligible(&self, i: usize) -> bool {
         self.exclude != Some(i) && self.servers[i].has_room()

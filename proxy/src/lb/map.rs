@@ -20,20 +20,9 @@ impl WeightMap {
     /// Rebuild the table if the candidate set (or a static weight) changed.
     /// Returns true when it was rebuilt.
     pub fn refresh(&mut self, ctx: &Ctx<'_>) -> bool {
-        let same = self.built_from.len() == ctx.cands.len()
-            && self
-                .built_from
-                .iter()
-                .zip(ctx.cands)
-                .all(|(&(s, w), &c)| s == c && w == ctx.servers[c].static_weight());
-        if same {
+        if !ctx.record_weights(&mut self.built_from) {
             return false;
         }
-        self.built_from = ctx
-            .cands
-            .iter()
-            .map(|&c| (c, ctx.servers[c].static_weight()))
-            .collect();
         self.table = interleave(&self.built_from);
         true
     }
