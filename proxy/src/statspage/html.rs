@@ -428,7 +428,9 @@ fn proxy_table(out: &mut String, page: &StatsPage, rows: &[Vec<String>], opts: &
             "FRONTEND" => frontend_row(out, &name, &r),
             "BACKEND" => backend_row(out, &name, &r),
             _ => {
-                if opts.up && !r.get("status").starts_with("UP") {
+                // `;up` hides what HAProxy's does: stopped servers and maintenance.
+                let status = r.get("status");
+                if opts.up && (status.starts_with("DOWN") || status.starts_with("MAINT")) {
                     continue;
                 }
                 server_row(out, &name, &r, form);
