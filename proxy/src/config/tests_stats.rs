@@ -189,11 +189,11 @@ fn mode_http_is_only_for_the_stats_page() {
 
 #[test]
 fn a_page_may_inherit_mode_http_from_defaults() {
-    let l = ok(&format!(
+    let l = ok(
         "defaults\n mode http\n timeout connect 5s\n timeout client 30s\n timeout server 30s\n\
          listen st\n bind 127.0.0.1:8404\n stats enable\n\
-         listen tcp\n mode tcp\n bind 127.0.0.1:1\n server s 127.0.0.1:2\n"
-    ));
+         listen tcp\n mode tcp\n bind 127.0.0.1:1\n server s 127.0.0.1:2\n",
+    );
     assert_eq!(l.config.stats_pages.len(), 1);
     assert_eq!(l.config.frontends.len(), 1);
 }

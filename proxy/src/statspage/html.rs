@@ -214,10 +214,9 @@ pub fn page(ctx: &Ctx, page: &StatsPage, opts: &Opts, admin: bool) -> String {
     };
     let _ = write!(
         out,
-        "<h1>shunt{version}</h1>\n<h2>{}",
-        "Statistics Report for pid "
+        "<h1>shunt{version}</h1>\n<h2>Statistics Report for pid {}",
+        std::process::id()
     );
-    let _ = write!(out, "{}", std::process::id());
     if let Some(n) = &node {
         let _ = write!(out, " on {}", esc(n));
     }
@@ -487,9 +486,9 @@ fn frontend_row(out: &mut String, px: &str, r: &Row<'_>) {
             String::new(),
         ],
     );
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "<td class=ac>{}</td><td class=ac colspan=8></td><td colspan=4></td></tr>\n",
+        "<td class=ac>{}</td><td class=ac colspan=8></td><td colspan=4></td></tr>",
         g("status")
     );
 }
