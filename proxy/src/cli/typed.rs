@@ -423,6 +423,32 @@ mod tests {
     }
 
     #[test]
+    fn stat_json_is_haproxys_array_of_rows() {
+        let mut fe = vec![""; GENERIC_FIELDS + 1 + MODULE_FIELDS.len()];
+        fe[0] = "fe";
+        fe[1] = "FRONTEND";
+        fe[7] = "3";
+        fe[27] = "2";
+        fe[28] = "0";
+        fe[32] = "0";
+        let mut sv = fe.clone();
+        sv[1] = "s1";
+        sv[7] = "";
+        sv[17] = "UP";
+        sv[28] = "1";
+        sv[32] = "2";
+        let csv = format!("# pxname,svname\n{}\n{}\n\n", fe.join(","), sv.join(","));
+        let json = stat_json(&csv);
+        assert!(json.starts_with(
+            "[[{\"objType\":\"Frontend\",\"proxyId\":2,\"id\":0,\"field\":{\"pos\":0,\"name\":\"pxname\"},\"processNum\":1,\"tags\":{\"origin\":\"Key\",\"nature\":\"Name\",\"scope\":\"Service\"},\"value\":{\"type\":\"str\",\"value\":\"fe\"}},"
+        ), "{json}");
+        assert!(json.contains("{\"objType\":\"Frontend\",\"proxyId\":2,\"id\":0,\"field\":{\"pos\":7,\"name\":\"stot\"},\"processNum\":1,\"tags\":{\"origin\":\"Metric\",\"nature\":\"Counter\",\"scope\":\"Process\"},\"value\":{\"type\":\"u64\",\"value\":3}}"), "{json}");
+        assert!(json.contains("],[{\"objType\":\"Server\",\"proxyId\":2,\"id\":1,"), "{json}");
+        assert!(json.ends_with("}]]\n"), "{json}");
+        assert_eq!(stat_json("No such proxy.\n"), "No such proxy.\n");
+    }
+
+    #[test]
     fn info_json_element_matches_haproxys_layout() {
         assert_eq!(
             info_json_element(0, "Name", "POS", "str", "HAProxy"),
