@@ -313,3 +313,44 @@ fn a_client_without_admin_rights_never_sees_or_reaches_the_form() {
         assert!(banner.body.contains("Action denied."));
     }
 }
+
+#[test]
+fn a_reload_hands_the_page_socket_to_the_successor() {
+    use shunt_tests::reload::{plain, reload_global, tcp_defaults};
+    let dir = TempDir::new("statspage-reload");
+    let (port, pport) = (free_port(), free_port());
+    let server = Server::echo();
+    let cfg = format!(
+        "{}{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\
+         backend be\n    server s1 {}\n",
+        reload_global(dir.path(), true, ""),
+        tcp_defaults("30s"),
+        server.addr
+    );
+    let cfg = with_stats_page(&cfg, pport, &["stats enable"]);
+    let page = SocketAddr::from(([127, 0, 0, 1], pport));
+    let mut old = Shunt::start(&cfg, &[]);
+    assert_eq!(get(page, "/haproxy?stats", None).status, 200);
+    let sock = dir.path().join("admin.sock").display().to_string();
+    let old_pid = old.pid().to_string();
+    let new = Shunt::start(&cfg, &["-x", sock.as_str(), "-sf", old_pid.as_str()]);
+    let log = plain(&new.stderr());
+    // Two frontend sockets (nbthread 2), the page's, the stats socket.
+    assert!(
+        log.contains("took the listening sockets of the old process") && log.contains("sockets=4"),
+        "the successor did not take the page's socket:\n{log}"
+    );
+    assert!(
+        !log.contains("not in the configuration"),
+        "the successor left an inherited socket unclaimed:\n{log}"
+    );
+    assert_eq!(
+        old.wait(Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        old.stderr()
+    );
+    let after = get(page, "/haproxy?stats;csv", None);
+    assert_eq!(after.status, 200, "{after:?}");
+    assert!(after.body.starts_with("# pxname,svname,"));
+}

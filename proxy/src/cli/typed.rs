@@ -443,7 +443,10 @@ mod tests {
             "[[{\"objType\":\"Frontend\",\"proxyId\":2,\"id\":0,\"field\":{\"pos\":0,\"name\":\"pxname\"},\"processNum\":1,\"tags\":{\"origin\":\"Key\",\"nature\":\"Name\",\"scope\":\"Service\"},\"value\":{\"type\":\"str\",\"value\":\"fe\"}},"
         ), "{json}");
         assert!(json.contains("{\"objType\":\"Frontend\",\"proxyId\":2,\"id\":0,\"field\":{\"pos\":7,\"name\":\"stot\"},\"processNum\":1,\"tags\":{\"origin\":\"Metric\",\"nature\":\"Counter\",\"scope\":\"Process\"},\"value\":{\"type\":\"u64\",\"value\":3}}"), "{json}");
-        assert!(json.contains("],[{\"objType\":\"Server\",\"proxyId\":2,\"id\":1,"), "{json}");
+        assert!(
+            json.contains("],[{\"objType\":\"Server\",\"proxyId\":2,\"id\":1,"),
+            "{json}"
+        );
         assert!(json.ends_with("}]]\n"), "{json}");
         assert_eq!(stat_json("No such proxy.\n"), "No such proxy.\n");
     }
