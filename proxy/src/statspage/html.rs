@@ -468,7 +468,11 @@ fn frontend_row(out: &mut String, px: &str, r: &Row<'_>) {
         &[
             g("rate"),
             g("rate_max"),
-            r.or_dash("rate_lim"),
+            // No session rate limit (`rate_lim` 0) shows as HAProxy's `-`.
+            match r.get("rate_lim") {
+                "" | "0" => "-".to_string(),
+                v => esc(v),
+            },
             g("scur"),
             g("smax"),
             g("slim"),
