@@ -44,9 +44,19 @@ fn chromium() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// A child process killed (and reaped) when dropped, a failed start included.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A headless Chromium with its DevTools endpoint; killed when dropped.
 struct Browser {
-    child: Child,
+    _child: KillOnDrop,
     _profile: TempDir,
     ws: WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>,
     next_id: u64,
@@ -65,6 +75,7 @@ impl Browser {
                 "--disable-gpu",
                 "--hide-scrollbars",
                 "--no-first-run",
+                "--disable-breakpad",
                 &format!("--window-size={WINDOW}"),
                 &format!("--remote-debugging-port={port}"),
                 &format!("--user-data-dir={}", profile.path().display()),
@@ -75,10 +86,13 @@ impl Browser {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+        // Guarded before anything may fail, so a failed start leaves no browser.
+        let child = KillOnDrop(child);
+        let ws = Self::page_socket(SocketAddr::from(([127, 0, 0, 1], port)));
         let mut b = Browser {
-            child,
+            _child: child,
             _profile: profile,
-            ws: Self::page_socket(SocketAddr::from(([127, 0, 0, 1], port))),
+            ws,
             next_id: 0,
             events: Vec::new(),
         };
@@ -250,13 +264,6 @@ impl Browser {
             .expect("base64 PNG");
         assert!(png.starts_with(b"\x89PNG"), "not a PNG");
         std::fs::write(to, png).unwrap_or_else(|e| panic!("write {}: {e}", to.display()));
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
