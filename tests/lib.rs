@@ -11,6 +11,8 @@
 //! panicking form a test wants. The reload tests' helpers (configurations, the
 //! connection loop, long-lived flows) are in [`reload`].
 
+#[path = "harness/http.rs"]
+pub mod http;
 #[path = "harness/reload.rs"]
 pub mod reload;
 

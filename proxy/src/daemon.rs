@@ -80,6 +80,8 @@ pub enum DaemonError {
     Log(#[from] crate::log::LogError),
     #[error(transparent)]
     Metrics(#[from] crate::metrics::MetricsError),
+    #[error(transparent)]
+    StatsPage(#[from] crate::statspage::StatsPageError),
 }
 
 /// Options from the command line that override the configuration.
@@ -370,6 +372,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     let (kernel, bpf_status) = load_bpf(&config, forward_mode, opts.xfer_socket.is_some())?;
     let listeners = crate::listeners::bind_frontends(&config, nbthread, &mut inherited)?;
     let prometheus = crate::listeners::bind_prometheus(&config, &mut inherited)?;
+    let stats_pages = crate::listeners::bind_stats_pages(&config, &mut inherited)?;
     if opts.old_pids.is_empty() {
         inherited.drop_unix();
     }
@@ -403,6 +406,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
             .flatten()
             .map(|(_, _, l)| l)
             .chain(prometheus.iter())
+            .chain(stats_pages.iter().map(|(_, l)| l))
             .filter_map(|l| std::os::fd::AsFd::as_fd(l).try_clone_to_owned().ok())
             .collect();
         dups.extend(cli_sockets.dups());
@@ -446,6 +450,11 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     if let Some(l) = prometheus {
         crate::metrics::serve(l, state.clone())?;
     }
+    let pages = stats_pages
+        .into_iter()
+        .map(|(page, listener)| crate::statspage::PageListener { page, listener })
+        .collect();
+    crate::statspage::serve(pages, state.clone())?;
     let mut threads = Vec::with_capacity(nbthread);
     let mut handoffs = Vec::with_capacity(nbthread);
     for (tid, ls) in listeners.into_iter().enumerate() {

@@ -23,6 +23,7 @@
 //! - `stats`: per-thread counters and each worker's flow registry;
 //! - `log`: traffic logs;
 //! - `metrics`: the Prometheus exporter;
+//! - `statspage`: the stats web page (HTML, `;csv`, `;json`, admin form);
 //! - `sys`: thin syscall wrappers.
 
 pub mod bpf;
@@ -45,4 +46,5 @@ pub mod scheduler;
 pub mod session;
 pub mod sni;
 pub mod stats;
+pub mod statspage;
 pub mod sys;

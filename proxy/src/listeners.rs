@@ -1,6 +1,7 @@
 //! Every listening socket the process owns, bound fresh or inherited from a
 //! predecessor (`-x`): the frontends' TCP sockets (one per thread per bind
-//! address, `SO_REUSEPORT`), the Prometheus exporter's and the stats sockets'.
+//! address, `SO_REUSEPORT`), the Prometheus exporter's, the stats pages' and the
+//! stats sockets'.
 //!
 //! Owns the sorting of the descriptors a predecessor handed over
 //! ([`Inherited`]: TCP listeners by local address, Unix listeners by path) and
@@ -288,6 +289,29 @@ pub fn bind_prometheus(
         tracing::info!(addr = %a, "prometheus exporter listening");
     }
     Ok(Some(l))
+}
+
+/// The stats pages' listeners (`Config::stats_pages`): per page and bind address,
+/// the inherited socket, else one bound fresh; each with its page's index.
+pub fn bind_stats_pages(
+    config: &Config,
+    inherited: &mut Inherited,
+) -> Result<Vec<(usize, StdListener)>, ListenError> {
+    let mut out = Vec::new();
+    for (pi, page) in config.stats_pages.iter().enumerate() {
+        for &addr in &page.binds {
+            let l = match inherited.take_tcp(addr).pop() {
+                Some(l) => l,
+                None => bind_tcp(addr)
+                    .map_err(|e| ListenError::bind(format!("proxy {}", page.name), addr, e))?,
+            };
+            if let Ok(a) = l.local_addr() {
+                tracing::info!(page = %page.name, addr = %a, uri = %page.uri, "stats page listening");
+            }
+            out.push((pi, l));
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

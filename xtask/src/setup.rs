@@ -23,7 +23,8 @@ use crate::proc;
 /// `proxy_protocol` test's `listen ... proxy_protocol` far end); for `cargo xtask bench`:
 /// redis-tools (redis-benchmark), sysstat (mpstat/pidstat to watch a run by hand) and
 /// fonts-dejavu-core (the font of the PNG charts); rsyslog (the real syslog server the
-/// `logs` test sends traffic logs to over UDP and TCP).
+/// `logs` test sends traffic logs to over UDP and TCP); chromium (the headless browser
+/// of the `statspage_browser` test).
 pub const DEBIAN_PACKAGES: &[&str] = &[
     "haproxy",
     "hatop",
@@ -43,6 +44,7 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "sysstat",
     "fonts-dejavu-core",
     "rsyslog",
+    "chromium",
 ];
 
 /// The nightly toolchain builds the eBPF object (bpfel-unknown-none needs core from source).

@@ -50,6 +50,8 @@ pub struct StatQuery {
     pub sid: i64,
     /// `typed` among the words: HAProxy's typed output instead of CSV.
     pub typed: bool,
+    /// `json` among the words: HAProxy's JSON output (it wins over `typed`).
+    pub json: bool,
 }
 
 impl Default for StatQuery {
@@ -59,6 +61,7 @@ impl Default for StatQuery {
             types: -1,
             sid: -1,
             typed: false,
+            json: false,
         }
     }
 }
@@ -739,9 +742,11 @@ fn port_words(rest: &[&str]) -> Option<String> {
 /// positional words are present; anything else (`typed`, `json`, ...) is a format flag.
 pub(super) fn parse_stat_query(args: &[&str]) -> StatQuery {
     let typed = args.contains(&"typed");
+    let json = args.contains(&"json");
     let [px, ty, sid, ..] = args else {
         return StatQuery {
             typed,
+            json,
             ..StatQuery::default()
         };
     };
@@ -755,6 +760,7 @@ pub(super) fn parse_stat_query(args: &[&str]) -> StatQuery {
         types: atoi(ty),
         sid: atoi(sid),
         typed,
+        json,
     }
 }
 
@@ -876,6 +882,7 @@ mod tests {
                 types: 2,
                 sid: -1,
                 typed: false,
+                json: false,
             })
         );
         assert_eq!(
@@ -885,6 +892,7 @@ mod tests {
                 types: 4,
                 sid: -1,
                 typed: true,
+                json: false,
             })
         );
         // `typed` in first position is read as a proxy name (HAProxy then says "No such proxy.").
@@ -895,6 +903,7 @@ mod tests {
                 types: -1,
                 sid: 2,
                 typed: true,
+                json: false,
             })
         );
         assert_eq!(
@@ -905,12 +914,20 @@ mod tests {
             })
         );
         assert_eq!(
+            p("show stat json"),
+            Command::ShowStat(StatQuery {
+                json: true,
+                ..StatQuery::default()
+            })
+        );
+        assert_eq!(
             p("show stat 3 6 1"),
             Command::ShowStat(StatQuery {
                 proxy: ProxySel::Id(3),
                 types: 6,
                 sid: 1,
                 typed: false,
+                json: false,
             })
         );
     }

@@ -308,7 +308,9 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, p: Parsed) -> Output {
                     sid: q.sid,
                 },
             );
-            Output::Text(if q.typed {
+            Output::Text(if q.json {
+                super::typed::stat_json(&csv)
+            } else if q.typed {
                 super::typed::stat_typed(&csv)
             } else {
                 csv

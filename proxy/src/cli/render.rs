@@ -293,14 +293,6 @@ impl Row {
             self.0[i] = "0".to_string();
         }
     }
-
-    fn write_to(&self, out: &mut String) {
-        for f in &self.0 {
-            out.push_str(f);
-            out.push(',');
-        }
-        out.push('\n');
-    }
 }
 
 /// A proxy as `show stat` lists it: a frontend, a backend, or both (a `listen`).
@@ -374,6 +366,18 @@ impl StatFilter {
 /// servers, its BACKEND row.
 pub fn show_stat(ctx: &Ctx, filter: StatFilter) -> String {
     let mut out = stat_header();
+    for r in stat_rows(ctx, filter) {
+        write_row(&r, &mut out);
+    }
+    out
+}
+
+/// The rows of `show stat` (the stats page's table, CSV and JSON read the same):
+/// per proxy its FRONTEND row, its servers, its BACKEND row; each row's cells in
+/// [`STAT_FIELDS`] then [`SHUNT_STAT_FIELDS`] order, an empty cell for an empty
+/// field.
+pub fn stat_rows(ctx: &Ctx, filter: StatFilter) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
     let uptime = ctx.uptime_secs();
     for p in proxies(ctx) {
         if filter.iid.is_some_and(|id| id != p.id) {
@@ -381,7 +385,7 @@ pub fn show_stat(ctx: &Ctx, filter: StatFilter) -> String {
         }
         if let Some(fi) = p.frontend {
             if filter.types & STAT_TYPE_FE != 0 {
-                frontend_row(ctx, fi, &ctx.state.config.frontends[fi]).write_to(&mut out);
+                out.push(frontend_row(ctx, fi, &ctx.state.config.frontends[fi]).0);
             }
         }
         if let Some(bi) = p.backend {
@@ -391,15 +395,32 @@ pub fn show_stat(ctx: &Ctx, filter: StatFilter) -> String {
                     if filter.sid != -1 && i64::from(be.servers[si].id) != filter.sid {
                         continue;
                     }
-                    server_row(ctx, bi, si, uptime).write_to(&mut out);
+                    out.push(server_row(ctx, bi, si, uptime).0);
                 }
             }
             if filter.types & STAT_TYPE_BE != 0 {
-                backend_row(ctx, bi, be, uptime).write_to(&mut out);
+                out.push(backend_row(ctx, bi, be, uptime).0);
             }
         }
     }
     out
+}
+
+/// The column of `show stat` field `name` (HAProxy's or shunt's).
+pub fn stat_col(name: &str) -> Option<usize> {
+    STAT_FIELDS
+        .iter()
+        .chain(SHUNT_STAT_FIELDS.iter())
+        .position(|f| *f == name)
+}
+
+/// One row as a CSV line, `\n` included.
+fn write_row(cells: &[String], out: &mut String) {
+    for f in cells {
+        out.push_str(f);
+        out.push(',');
+    }
+    out.push('\n');
 }
 
 /// Frontend `slim`: its maxconn in force, else the global one in force.

@@ -92,6 +92,7 @@ fn reference_config(fe_bind: SocketAddr, s_ports: [u16; 2]) -> Config {
             line: Location::default(),
             opts: BackendOpts::default(),
         }],
+        stats_pages: vec![],
         maps: vec![],
     }
 }

@@ -183,15 +183,29 @@ pub(crate) fn field(col: usize, k: usize) -> Option<(usize, &'static str, &'stat
         .map(|(name, tags)| (GENERIC_FIELDS + m, *name, *tags))
 }
 
-/// `show stat ... typed` from the CSV answer of the same query: every non-empty cell
-/// of every row (and a checked server's `last_chk`), then the empty line. An answer that is not CSV (an error) is kept.
-pub fn stat_typed(csv: &str) -> String {
+/// One typed field of a `show stat` row.
+struct TypedField<'a> {
+    /// `F`, `B` or `S`.
+    letter: char,
+    iid: &'a str,
+    sid: &'a str,
+    pos: usize,
+    name: &'static str,
+    /// Tag letters and type, `MCP:u64`.
+    tags: &'static str,
+    value: &'a str,
+}
+
+/// The typed fields of each row of a `show stat` CSV answer, row by row: every
+/// non-empty cell (and a checked server's `last_chk`). `None` when the answer is
+/// not CSV (an error).
+fn typed_rows(csv: &str) -> Option<Vec<Vec<TypedField<'_>>>> {
     let mut lines = csv.lines();
     match lines.next() {
         Some(h) if h.starts_with("# pxname,") => {}
-        _ => return csv.to_owned(),
+        _ => return None,
     }
-    let mut out = String::with_capacity(csv.len() * 4);
+    let mut rows = Vec::new();
     for row in lines.filter(|l| !l.is_empty()) {
         let cells: Vec<&str> = row.split(',').collect();
         let Some((letter, k)) = cells.get(COL_TYPE).and_then(|t| kind(t)) else {
@@ -202,18 +216,90 @@ pub fn stat_typed(csv: &str) -> String {
         // A checked server's `last_chk` is a typed field even when empty (HAProxy
         // sets the string whenever the check is enabled).
         let checked = k == 2 && cells.get(COL_CHECK_STATUS).is_some_and(|c| !c.is_empty());
+        let mut fields = Vec::new();
         for (col, value) in cells.iter().enumerate() {
             if value.is_empty() && !(checked && col == COL_LAST_CHK) {
                 continue;
             }
             if let Some((pos, name, tags)) = field(col, k) {
-                // Writing into a String cannot fail.
-                let _ = writeln!(out, "{letter}.{iid}.{sid}.{pos}.{name}.1:{tags}:{value}");
+                fields.push(TypedField {
+                    letter,
+                    iid,
+                    sid,
+                    pos,
+                    name,
+                    tags,
+                    value,
+                });
             }
         }
+        rows.push(fields);
+    }
+    Some(rows)
+}
+
+/// `show stat ... typed` from the CSV answer of the same query: every non-empty cell
+/// of every row (and a checked server's `last_chk`), then the empty line. An answer that is not CSV (an error) is kept.
+pub fn stat_typed(csv: &str) -> String {
+    let Some(rows) = typed_rows(csv) else {
+        return csv.to_owned();
+    };
+    let mut out = String::with_capacity(csv.len() * 4);
+    for f in rows.iter().flatten() {
+        // Writing into a String cannot fail.
+        let _ = writeln!(
+            out,
+            "{}.{}.{}.{}.{}.1:{}:{}",
+            f.letter, f.iid, f.sid, f.pos, f.name, f.tags, f.value
+        );
     }
     out.push('\n');
     out
+}
+
+/// `show stat json` (and the stats page's `;json`) from the CSV answer of the same
+/// query, as HAProxy 2.6 prints it: an array of rows, each an array of the typed
+/// fields of the row, then a newline. An answer that is not CSV is kept.
+pub fn stat_json(csv: &str) -> String {
+    let Some(rows) = typed_rows(csv) else {
+        return csv.to_owned();
+    };
+    let mut out = String::with_capacity(csv.len() * 12);
+    out.push('[');
+    for (i, row) in rows.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('[');
+        for (j, f) in row.iter().enumerate() {
+            if j > 0 {
+                out.push(',');
+            }
+            let obj = match f.letter {
+                'F' => "Frontend",
+                'B' => "Backend",
+                _ => "Server",
+            };
+            let (tags, ty) = f.tags.split_once(':').unwrap_or((f.tags, "str"));
+            let elem = info_json_element(f.pos as u32, f.name, tags, ty, f.value);
+            // `{"field":...}` preceded by the object's identity, HAProxy's order.
+            let _ = write!(
+                out,
+                "{{\"objType\":\"{obj}\",\"proxyId\":{},\"id\":{},{}",
+                json_num(f.iid),
+                json_num(f.sid),
+                &elem[1..]
+            );
+        }
+        out.push(']');
+    }
+    out.push_str("]\n");
+    out
+}
+
+/// A CSV id cell as a JSON number (`0` if it is not one).
+fn json_num(s: &str) -> u64 {
+    s.parse().unwrap_or(0)
 }
 
 /// The word HAProxy's JSON output uses for each tag letter (origin, nature, scope).
@@ -334,6 +420,35 @@ mod tests {
         assert_eq!(typed, expected);
         // Errors pass through.
         assert_eq!(stat_typed("No such proxy.\n\n"), "No such proxy.\n\n");
+    }
+
+    #[test]
+    fn stat_json_is_haproxys_array_of_rows() {
+        let mut fe = vec![""; GENERIC_FIELDS + 1 + MODULE_FIELDS.len()];
+        fe[0] = "fe";
+        fe[1] = "FRONTEND";
+        fe[7] = "3";
+        fe[27] = "2";
+        fe[28] = "0";
+        fe[32] = "0";
+        let mut sv = fe.clone();
+        sv[1] = "s1";
+        sv[7] = "";
+        sv[17] = "UP";
+        sv[28] = "1";
+        sv[32] = "2";
+        let csv = format!("# pxname,svname\n{}\n{}\n\n", fe.join(","), sv.join(","));
+        let json = stat_json(&csv);
+        assert!(json.starts_with(
+            "[[{\"objType\":\"Frontend\",\"proxyId\":2,\"id\":0,\"field\":{\"pos\":0,\"name\":\"pxname\"},\"processNum\":1,\"tags\":{\"origin\":\"Key\",\"nature\":\"Name\",\"scope\":\"Service\"},\"value\":{\"type\":\"str\",\"value\":\"fe\"}},"
+        ), "{json}");
+        assert!(json.contains("{\"objType\":\"Frontend\",\"proxyId\":2,\"id\":0,\"field\":{\"pos\":7,\"name\":\"stot\"},\"processNum\":1,\"tags\":{\"origin\":\"Metric\",\"nature\":\"Counter\",\"scope\":\"Process\"},\"value\":{\"type\":\"u64\",\"value\":3}}"), "{json}");
+        assert!(
+            json.contains("],[{\"objType\":\"Server\",\"proxyId\":2,\"id\":1,"),
+            "{json}"
+        );
+        assert!(json.ends_with("}]]\n"), "{json}");
+        assert_eq!(stat_json("No such proxy.\n"), "No such proxy.\n");
     }
 
     #[test]

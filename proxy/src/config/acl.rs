@@ -568,16 +568,16 @@ pub fn parse_cond(words: &[String], acls: &[NamedAcl]) -> Result<Cond, String> {
                 neg = false;
             }
             name => {
-                let acl = acls
-                    .iter()
-                    .find(|a| a.name == name)
-                    .ok_or_else(|| format!("no such ACL : '{name}'"))?;
+                let exprs = match acls.iter().find(|a| a.name == name) {
+                    Some(acl) => acl.exprs.clone(),
+                    None => predefined(name)?,
+                };
                 push(
                     &mut suites,
                     Term {
                         neg,
                         name: Some(name.to_string()),
-                        exprs: acl.exprs.clone(),
+                        exprs,
                     },
                 );
                 neg = false;
@@ -585,6 +585,19 @@ pub fn parse_cond(words: &[String], acls: &[NamedAcl]) -> Result<Cond, String> {
         }
     }
     Ok(Cond { unless, suites })
+}
+
+/// HAProxy's predefined ACLs that make sense without HTTP (a declared ACL of the
+/// same name wins, as in HAProxy), or the unknown-name error.
+fn predefined(name: &str) -> Result<Vec<Expr>, String> {
+    let words: &[&str] = match name {
+        "TRUE" => &["always_true"],
+        "FALSE" => &["always_false"],
+        "LOCALHOST" => &["src", "127.0.0.1/8", "::1"],
+        _ => return Err(format!("no such ACL : '{name}'")),
+    };
+    let words: Vec<String> = words.iter().map(|w| (*w).to_string()).collect();
+    Ok(vec![parse_expr(&words)?])
 }
 
 fn push(suites: &mut [Vec<Term>], t: Term) {

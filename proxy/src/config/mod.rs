@@ -22,6 +22,8 @@ mod validate;
 mod tests;
 #[cfg(test)]
 mod tests_compat;
+#[cfg(test)]
+mod tests_stats;
 
 pub use lexer::MAX_LINE_ARGS;
 pub use model::*;

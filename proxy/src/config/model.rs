@@ -574,6 +574,45 @@ pub struct Frontend {
     pub line: Location,
 }
 
+/// HAProxy's default `stats uri`.
+pub const DEFAULT_STATS_URI: &str = "/haproxy?stats";
+/// HAProxy's default `stats realm`.
+pub const DEFAULT_STATS_REALM: &str = "HAProxy Statistics";
+
+/// One `stats auth USER:PASS` account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatsUser {
+    pub user: String,
+    pub pass: String,
+}
+
+/// A `listen`/`frontend` section in `mode http` serving the stats page
+/// (`stats enable`, `stats uri`, ...): where it listens and what it shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatsPage {
+    pub name: String,
+    /// The proxy's id (HAProxy counts the section like any other).
+    pub id: u32,
+    pub binds: Vec<SocketAddr>,
+    /// `stats uri`: the page answers requests whose path starts with it.
+    pub uri: String,
+    /// `stats refresh`: seconds between two reloads of the page (`None`: none).
+    pub refresh: Option<u64>,
+    /// `stats realm`.
+    pub realm: String,
+    /// `stats auth`: no account means no authentication.
+    pub users: Vec<StatsUser>,
+    /// `stats admin if|unless COND`: who gets the admin forms (`None`: nobody).
+    pub admin: Option<Cond>,
+    pub hide_version: bool,
+    pub show_legends: bool,
+    /// `stats show-node [NAME]`: `Some("")` shows the host name.
+    pub show_node: Option<String>,
+    /// `timeout client`: how long a page client may stay idle.
+    pub timeout_client: Option<Duration>,
+    pub line: Location,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Backend {
     pub name: String,
@@ -699,6 +738,9 @@ pub struct Config {
     pub global: Global,
     pub frontends: Vec<Frontend>,
     pub backends: Vec<Backend>,
+    /// `mode http` proxies with `stats enable`: the stats web page, the one HTTP
+    /// application shunt serves (they are neither frontends nor backends).
+    pub stats_pages: Vec<StatsPage>,
     /// Map files, in load order (index = the map's `#id`).
     pub maps: Vec<MapSource>,
 }

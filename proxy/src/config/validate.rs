@@ -30,7 +30,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
     let mut backends = Vec::new();
     let mut own_backend: Vec<Option<usize>> = vec![None; proxies.len()];
     for (i, d) in proxies.iter().enumerate() {
-        if d.kind.be() {
+        if d.kind.be() && !is_stats_page(d) {
             own_backend[i] = Some(backends.len());
             backends.push(make_backend(d, proxy_id(i), &mut errors));
             if d.load_server_state {
@@ -44,6 +44,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
     // The key kind of each entry of `maps`.
     let mut kinds: Vec<MapKind> = Vec::new();
     let mut frontends = Vec::new();
+    let mut stats_pages = Vec::new();
     let mut bound: HashMap<SocketAddr, (String, Location)> = HashMap::new();
     for (i, d) in proxies.iter().enumerate() {
         if !d.kind.fe() {
@@ -73,6 +74,24 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
                 id: u32::try_from(n + 1).unwrap_or(u32::MAX),
                 ..opts.clone()
             });
+        }
+        if let (true, Some(st)) = (is_stats_page(d), &d.stats) {
+            stats_pages.push(StatsPage {
+                name: d.name.clone(),
+                id: proxy_id(i),
+                binds,
+                uri: st.uri.clone(),
+                refresh: st.refresh,
+                realm: st.realm.clone(),
+                users: st.users.clone(),
+                admin: complete(&st.admin, &d.acls),
+                hide_version: st.hide_version,
+                show_legends: st.show_legends,
+                show_node: st.show_node.clone(),
+                timeout_client: d.timeouts.client,
+                line: d.loc.clone(),
+            });
+            continue;
         }
         let mut resolve = |rule: &'static str, target: &str, at: &Location| {
             let idx = find(target);
@@ -161,7 +180,18 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
     }
 
     for d in &proxies {
-        if let Some(at) = &d.mode_http {
+        if is_stats_page(d) {
+            check_stats_page(d, &mut errors);
+        } else if let Some(at) = &d.mode_http_own {
+            errors.push(ConfigError::Parse {
+                at: at.clone(),
+                msg: format!(
+                    "'mode http' is supported by shunt only for the stats page ('stats enable'), and {} '{}' has no 'stats' line: use 'mode tcp'.",
+                    d.kind.type_str(),
+                    d.name
+                ),
+            });
+        } else if let Some(at) = &d.mode_http {
             errors.push(ConfigError::Parse {
                 at: d.loc.clone(),
                 msg: format!(
@@ -171,7 +201,13 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
                 ),
             });
         }
-        if let (Some(at), true) = (&d.httplog, d.kind.fe()) {
+        if d.stats.is_some() && d.mode_http.is_none() {
+            warnings.push(format!(
+                "config : 'stats' statement ignored for proxy '{}' as it requires HTTP mode.",
+                d.name
+            ));
+        }
+        if let (Some(at), true) = (&d.httplog, d.kind.fe() && !is_stats_page(d)) {
             warnings.push(format!(
                 "config : parsing [{at}] : 'option httplog' not usable with {} '{}' (needs 'mode http'). Falling back to 'option tcplog'.",
                 d.kind.type_str(),
@@ -196,10 +232,37 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             global,
             frontends,
             backends,
+            stats_pages,
             maps,
         },
         warnings,
     })
+}
+
+/// A frontend or listen in `mode http` with `stats` lines: the stats page, which
+/// is neither a frontend nor a backend of the configuration.
+fn is_stats_page(d: &ProxyDraft) -> bool {
+    d.kind.fe() && d.stats.is_some() && d.mode_http.is_some()
+}
+
+/// A stats page forwards nothing: shunt does not speak HTTP to servers.
+fn check_stats_page(d: &ProxyDraft, errors: &mut Vec<ConfigError>) {
+    let forwarding = [
+        (!d.servers.is_empty(), "server"),
+        (d.default_backend.is_some(), "default_backend"),
+        (!d.use_backends.is_empty(), "use_backend"),
+        (!d.tcp_connection.is_empty(), "tcp-request connection"),
+    ];
+    for (_, kw) in forwarding.iter().filter(|(set, _)| *set) {
+        errors.push(ConfigError::Parse {
+            at: d.loc.clone(),
+            msg: format!(
+                "{} '{}' is a stats page ('mode http' with 'stats'): shunt does not forward HTTP, so '{kw}' is not allowed there.",
+                d.kind.type_str(),
+                d.name
+            ),
+        });
+    }
 }
 
 /// `cond` with its named ACLs holding every declaration of the proxy's.

@@ -20,6 +20,7 @@ mod global;
 mod log;
 mod proxy;
 mod server;
+mod stats;
 mod stats_socket;
 mod tcp_check;
 mod tcp_request;

@@ -109,6 +109,11 @@ pub struct ProxyDraft {
     /// Where a `defaults` section said `mode http` (a proxy that inherits it
     /// without its own `mode tcp` is refused by validation).
     pub mode_http: Option<Location>,
+    /// Where the section itself said `mode http` (a frontend or listen: allowed
+    /// only for the stats page, `validate.rs`).
+    pub mode_http_own: Option<Location>,
+    /// `stats ...` lines: the section is a stats page.
+    pub stats: Option<super::stats::StatsDraft>,
     /// Where `option httplog` was set: a frontend logs with `option tcplog`
     /// instead, and validation warns as HAProxy does for a TCP frontend.
     pub httplog: Option<Location>,
@@ -155,6 +160,8 @@ impl ProxyDraft {
             tcp_check_comment: None,
             load_server_state: false,
             mode_http: None,
+            mode_http_own: None,
+            stats: None,
             httplog: None,
             clitcpka: false,
             srvtcpka: false,
@@ -325,6 +332,7 @@ pub const PROXY: &[Keyword<ProxyDraft>] = &[
     Keyword::new(&["tcp-check", "send"],            DEF_BE, Args::Required, tcp_check::send),
     Keyword::new(&["tcp-check", "send-binary"],     DEF_BE, Args::Required, tcp_check::send_binary),
     Keyword::new(&["tcp-check", "expect"],          DEF_BE, Args::Required, tcp_check::expect),
+    Keyword::new(&["stats"],                        FE,     Args::Required, super::stats::stats),
     Keyword::new(&["load-server-state-from-file"],  DEF_BE, Args::Required, load_server_state),
     Keyword::new(&["errorfile"],                    ALL,    Args::Required, not_http),
     Keyword::new(&["errorfiles"],                   ALL,    Args::Required, not_http),
@@ -345,7 +353,6 @@ const HTTP_ONLY_KEYWORDS: &[&str] = &[
     "capture",
     "compression",
     "monitor-uri",
-    "stats",
     "unique-id-format",
 ];
 
@@ -373,7 +380,16 @@ pub fn line(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
 
 fn mode(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     match l.arg(1) {
-        Some("tcp") => d.mode_http = None,
+        Some("tcp") => {
+            d.mode_http = None;
+            d.mode_http_own = None;
+        }
+        // The stats page's own mode; validation refuses a frontend or listen
+        // in `mode http` that is not a stats page.
+        Some("http") if d.kind.fe() => {
+            d.mode_http = Some(l.loc.clone());
+            d.mode_http_own = Some(l.loc.clone());
+        }
         // Debian's stock `defaults` says `mode http`: the TCP proxies that
         // follow it override it, and validation refuses the others.
         Some("http") if d.kind == Kind::Defaults => {
