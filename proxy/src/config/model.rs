@@ -566,6 +566,9 @@ pub struct Frontend {
     pub use_backend_conds: Vec<Option<Cond>>,
     /// `tcp-request connection` rules, in order, evaluated at accept.
     pub tcp_connection: Vec<TcpConnRule>,
+    /// `tcp-request content` rules, in order, evaluated on the request's
+    /// first bytes within `timeouts.inspect_delay`.
+    pub tcp_content: Vec<ContentRule>,
     /// 0 = limited only by global maxconn.
     pub maxconn: usize,
     pub timeouts: Timeouts,
@@ -590,6 +593,9 @@ pub struct Backend {
     pub log_global: bool,
     pub line: Location,
     pub opts: BackendOpts,
+    /// `tcp-request content` rules, run once the flow is routed here, within
+    /// this backend's `timeouts.inspect_delay`.
+    pub tcp_content: Vec<ContentRule>,
 }
 
 /// `hash-type`: how a hash-based `balance` (`source`) maps a hash to a server.
@@ -643,6 +649,24 @@ pub enum TcpConnAction {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TcpConnRule {
     pub action: TcpConnAction,
+    pub cond: Option<Cond>,
+}
+
+/// What a `tcp-request content` rule does when its condition holds. Open for
+/// more actions (`track-sc*`): a new variant is one arm in the parser and
+/// one in `session::content_rules`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContentAction {
+    /// Stop evaluating the content rules; the flow goes on to routing.
+    Accept,
+    /// Close the flow (counted in `dreq`, logged `PR`).
+    Reject,
+}
+
+/// `tcp-request content accept|reject [if|unless COND]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContentRule {
+    pub action: ContentAction,
     pub cond: Option<Cond>,
 }
 

@@ -1504,8 +1504,10 @@ fn tcp_request_errors() {
     let cases: &[(&str, &str)] = &[
         ("tcp-request inspect-delay", "'tcp-request inspect-delay' expects a positive delay in milliseconds."),
         ("tcp-request inspect-delay 5s x", "'tcp-request inspect-delay' cannot handle unexpected argument 'x'."),
-        ("tcp-request content reject", "'tcp-request content reject' is not supported by shunt yet (only 'tcp-request content accept if { req_ssl_hello_type 1 }' is accepted; ACLs come later)."),
-        ("tcp-request content accept if { req_ssl_hello_type 2 }", "'tcp-request content accept if { req_ssl_hello_type 2 }' is not supported by shunt yet (only 'tcp-request content accept if { req_ssl_hello_type 1 }' is accepted; ACLs come later)."),
+        ("tcp-request content track-sc0 src", "'tcp-request content' expects 'accept' or 'reject' in frontend 'fe' (got 'track-sc0'; shunt supports no other action)."),
+        ("tcp-request content reject when", "'tcp-request content reject' only accepts 'if' or 'unless', in frontend 'fe' (got 'when')"),
+        ("tcp-request content reject if { req.payload(0) -m bin 41 }", "'tcp-request content reject' : error detected in frontend 'fe' while parsing 'if' condition : fetch method 'req.payload' : missing arguments (got 1/2), type 'integer' expected in ACL expression 'req.payload(0)'"),
+        ("tcp-request content reject if { req.payload(0,1) -m bin 4 }", "'tcp-request content reject' : error detected in frontend 'fe' while parsing 'if' condition : an even number of hex digit is expected"),
         ("tcp-request connection bogus", "'tcp-request connection' expects 'accept', 'reject' or 'expect-proxy' in frontend 'fe' (got 'bogus'; shunt supports no other action)."),
         ("tcp-request connection reject x", "'tcp-request connection reject' only accepts 'if' or 'unless', in frontend 'fe' (got 'x')"),
         ("tcp-request connection accept if !x", "'tcp-request connection accept' : error detected in frontend 'fe' while parsing 'if' condition : no such ACL : 'x'"),
@@ -1529,9 +1531,14 @@ fn tcp_request_errors() {
         "{e}"
     );
     let e = err1(&format!(
-        "{DEFAULTS}backend b\n tcp-request inspect-delay 1s\n"
+        "{DEFAULTS}backend b\n tcp-request inspect-delay 1s\n tcp-request connection reject\n"
     ));
-    assert_eq!(e, "parsing [t.cfg:7] : 'tcp-request' not allowed because backend 'b' has no frontend capability.");
+    assert_eq!(e, "parsing [t.cfg:8] : 'tcp-request connection' not allowed because backend 'b' has no frontend capability.");
+    let e = err1("defaults\n mode tcp\n tcp-request content reject\n");
+    assert_eq!(
+        e,
+        "parsing [t.cfg:3] : tcp-request content is not allowed in anonymous 'defaults' sections"
+    );
 }
 
 #[test]
@@ -1895,6 +1902,8 @@ fn acls_build_conditions_on_rules() {
         src: sa(src),
         dst: Some(sa(dst)),
         sni: None,
+        req: crate::config::acl::Request::NONE,
+        counts: &crate::config::acl::NoCounts,
     };
     let first = fe.use_backend_conds[0].as_ref().unwrap();
     assert!(first.eval(&ctx("10.0.0.1:5", "127.0.0.1:443")));
@@ -1995,6 +2004,8 @@ fn a_named_acl_gathers_lines_declared_after_the_rule() {
         src: sa("192.168.1.1:5"),
         dst: None,
         sni: None,
+        req: crate::config::acl::Request::NONE,
+        counts: &crate::config::acl::NoCounts,
     };
     assert!(fe.use_backend_conds[0].as_ref().unwrap().eval(&ctx));
     assert!(!fe.tcp_connection[0].cond.as_ref().unwrap().eval(&ctx));

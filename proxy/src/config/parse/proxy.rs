@@ -91,6 +91,8 @@ pub struct ProxyDraft {
     pub acls: Vec<NamedAcl>,
     /// `tcp-request connection` rules, in order.
     pub tcp_connection: Vec<TcpConnRule>,
+    /// `tcp-request content` rules, in order.
+    pub tcp_content: Vec<ContentRule>,
     /// Each address of each `bind` line, with that line's options.
     pub binds: Vec<(SocketAddr, BindOpts, Location)>,
     pub servers: Vec<ServerDraft>,
@@ -146,6 +148,7 @@ impl ProxyDraft {
             use_backends: Vec::new(),
             acls: Vec::new(),
             tcp_connection: Vec::new(),
+            tcp_content: Vec::new(),
             binds: Vec::new(),
             servers: Vec::new(),
             default_server: ServerOpts::default(),
@@ -284,9 +287,9 @@ pub const PROXY: &[Keyword<ProxyDraft>] = &[
     Keyword::new(&["server"],                       BE,     Args::Required, server::server),
     Keyword::new(&["default-server"],               DEF_BE, Args::Any,      server::default_server),
     Keyword::new(&["timeout"],                      ALL,    Args::Required, timeout),
-    Keyword::new(&["tcp-request"],                  DEF_FE, Args::Required, tcp_request::other),
-    Keyword::new(&["tcp-request", "inspect-delay"], DEF_FE, Args::Required, tcp_request::inspect_delay),
-    Keyword::new(&["tcp-request", "content"],       DEF_FE, Args::Required, tcp_request::content),
+    Keyword::new(&["tcp-request"],                  ALL,    Args::Required, tcp_request::other),
+    Keyword::new(&["tcp-request", "inspect-delay"], ALL,    Args::Required, tcp_request::inspect_delay),
+    Keyword::new(&["tcp-request", "content"],       ALL,    Args::Required, tcp_request::content),
     Keyword::new(&["tcp-request", "connection"],    FE,     Args::Required, tcp_request::connection),
     Keyword::new(&["acl"],                          FE_BE,  Args::Required, acl_line),
     Keyword::new(&["retries"],                      DEF_BE, Args::Required, retries),
@@ -441,7 +444,7 @@ fn use_backend(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
             ))
         }
         Some(_) => Some(
-            acl::parse_cond(&l.args[2..], &d.acls)
+            acl::parse_cond(&l.args[2..], &d.acls, l.loc)
                 .map_err(|e| format!("error detected while parsing switching rule : {e}."))?,
         ),
     };
@@ -452,7 +455,7 @@ fn use_backend(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
 
 /// `acl NAME FETCH [flags] PATTERN...`.
 fn acl_line(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
-    acl::parse_acl(l.args, &mut d.acls)
+    acl::parse_acl(l.args, &mut d.acls, l.loc)
 }
 
 fn maxconn(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
