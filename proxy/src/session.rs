@@ -144,12 +144,12 @@ async fn route(
             } => state.maps.route(*map, peer.ip()).unwrap_or(*default_target),
             UseBackend::SniMap {
                 map,
-                dom,
+                how,
                 default_target,
                 ..
             } => inspect
                 .sni()
-                .and_then(|n| state.maps.route_name(*map, n, *dom))
+                .and_then(|n| state.maps.route_name(*map, n, *how))
                 .unwrap_or(*default_target),
         };
         return found.or(fe.default_backend);
@@ -568,9 +568,9 @@ pub async fn run(
     if content_rules(&state, rules, delay, (peer, dst), &client, &mut inspect).await
         == ContentAction::Reject
     {
+        // HAProxy counts it in the frontend's `dreq` only.
         tracing::debug!(backend = %be.name, %peer, "rejected by tcp-request content");
         fe_ctr.event(Event::DeniedReq);
-        be_ctr.event(Event::DeniedReq);
         log.end_at(Cause::Proxy, LogPhase::Request);
         inspect.discard(&client);
         return;

@@ -670,6 +670,17 @@ pub struct ContentRule {
     pub cond: Option<Cond>,
 }
 
+/// How a string map converter matches a name with its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameMatch {
+    /// `map`, `map_str`: the whole name.
+    Exact,
+    /// `map_dom`: the name or one of its dot-separated suffixes, longest first.
+    Dom,
+    /// `map_beg`: a key the name starts with, the first in file order.
+    Beg,
+}
+
 /// The target of one `use_backend` rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UseBackend {
@@ -684,13 +695,13 @@ pub enum UseBackend {
         /// The backend `default` names, when one does.
         default_target: Option<usize>,
     },
-    /// `use_backend %[req.ssl_sni,map(FILE[,DEFAULT])]` (exact) or `map_dom` (`dom`:
-    /// the key is the name or a dot-separated suffix of it): the TLS server name
-    /// looked up in string map `map`. A missing or malformed ClientHello takes
-    /// the default.
+    /// `use_backend %[req.ssl_sni,map(FILE[,DEFAULT])]` (exact), `map_dom` (the key
+    /// is the name or a dot-separated suffix of it) or `map_beg` (a prefix): the TLS
+    /// server name looked up in string map `map`. A missing or malformed ClientHello
+    /// takes the default.
     SniMap {
         map: usize,
-        dom: bool,
+        how: NameMatch,
         default: Option<String>,
         default_target: Option<usize>,
     },

@@ -1445,7 +1445,7 @@ fn use_backend_map_errors_name_file_and_line() {
     ));
     assert_eq!(
         e,
-        "parsing [t.cfg:8] : 'use_backend' : unsupported dynamic backend name '%[req.ssl_sni,map_reg(/x.map)]' (shunt supports only '%[src,map_ip(<file>[,<default>])]', '%[req.ssl_sni,map(<file>[,<default>])]' and '%[req.ssl_sni,map_dom(<file>[,<default>])]')."
+        "parsing [t.cfg:8] : 'use_backend' : unsupported dynamic backend name '%[req.ssl_sni,map_reg(/x.map)]' (shunt supports only '%[src,map_ip(<file>[,<default>])]' and '%[req.ssl_sni[,lower|upper],map|map_str|map_dom|map_beg(<file>[,<default>])]')."
     );
     let e = err1(&format!(
         "{DEFAULTS}frontend fe\n bind :8080\n use_backend %[src,map_ip()]\n"
@@ -1477,7 +1477,7 @@ fn use_backend_sni_maps_and_inspect_delay() {
         c.frontends[0].use_backends,
         [UseBackend::SniMap {
             map: 0,
-            dom: true,
+            how: NameMatch::Dom,
             default: Some("b".into()),
             default_target: c.backend_by_name("b"),
         }]
@@ -1486,7 +1486,7 @@ fn use_backend_sni_maps_and_inspect_delay() {
         c.frontends[1].use_backends[..],
         [UseBackend::SniMap {
             map: 0,
-            dom: false,
+            how: NameMatch::Exact,
             default: None,
             ..
         }]
@@ -1539,6 +1539,49 @@ fn tcp_request_errors() {
         e,
         "parsing [t.cfg:3] : tcp-request content is not allowed in anonymous 'defaults' sections"
     );
+}
+
+#[test]
+fn dynamic_backend_names_chain_case_converters_and_map_converters() {
+    use super::parse::UseBackendDraft as D;
+    let sni = |path: &str, default: Option<&str>, how| D::SniMap {
+        path: path.into(),
+        default: default.map(Into::into),
+        how,
+    };
+    let ok = |s: &str| super::parse::parse_use_backend(s).unwrap();
+    assert_eq!(
+        ok("%[req.ssl_sni,lower,map_dom(/m,be_x)]"),
+        sni("/m", Some("be_x"), NameMatch::Dom)
+    );
+    assert_eq!(
+        ok("%[req_ssl_sni,upper,lower,map_str(/m)]"),
+        sni("/m", None, NameMatch::Exact)
+    );
+    assert_eq!(
+        ok("%[req.ssl_sni,map_beg(/m,d)]"),
+        sni("/m", Some("d"), NameMatch::Beg)
+    );
+    assert_eq!(
+        ok("%[src,map_ip(/ips)]"),
+        D::SrcMap {
+            path: "/ips".into(),
+            default: None
+        }
+    );
+    for bad in [
+        "%[src,lower,map_ip(/m)]",
+        "%[src,map(/m)]",
+        "%[req.ssl_sni,map_ip(/m)]",
+        "%[req.ssl_sni,lower]",
+        "%[req.ssl_sni,base64,map(/m)]",
+        "%[req.ssl_sni,map(/m,a,b)]",
+        "%[req.ssl_sni,map(/m)",
+        "%[req.ssl_sni,,map(/m)]",
+    ] {
+        let e = super::parse::parse_use_backend(bad).unwrap_err();
+        assert!(e.contains("unsupported dynamic backend name"), "{bad}: {e}");
+    }
 }
 
 #[test]

@@ -118,13 +118,18 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
                         Err(e) => map_errors.push(e),
                     }
                 }
-                UseBackendDraft::SniMap { path, default, dom } => {
+                UseBackendDraft::SniMap { path, default, how } => {
                     let default_target = default.as_deref().and_then(find);
-                    let want = (MapKind::Str, if *dom { "map_dom" } else { "map" });
+                    let conv = match how {
+                        NameMatch::Exact => "map",
+                        NameMatch::Dom => "map_dom",
+                        NameMatch::Beg => "map_beg",
+                    };
+                    let want = (MapKind::Str, conv);
                     match load_map(&mut maps, &mut kinds, path, want, loc, d) {
                         Ok(map) => use_backends.push(UseBackend::SniMap {
                             map,
-                            dom: *dom,
+                            how: *how,
                             default: default.clone(),
                             default_target,
                         }),

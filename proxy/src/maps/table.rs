@@ -303,6 +303,20 @@ impl Table {
         None
     }
 
+    /// `map_beg`: the entry whose string key `name` starts with (ASCII case
+    /// ignored), the first in insertion order, as HAProxy's list match. A walk
+    /// of every entry, without allocating: prefix maps are small.
+    pub fn lookup_beg(&self, name: &str) -> Option<&Entry> {
+        let name = name.as_bytes();
+        self.iter()
+            .map(|(_, e)| e)
+            .filter(|e| {
+                let k = e.key.as_bytes();
+                k.len() <= name.len() && name[..k.len()].eq_ignore_ascii_case(k)
+            })
+            .min_by_key(|e| e.seq)
+    }
+
     /// `get map` lookup of a CLI value: an address for IP maps, a string for string
     /// maps (exact). A value that is not an address matches nothing in an IP map.
     pub fn lookup_text(&self, value: &str) -> Option<&Entry> {

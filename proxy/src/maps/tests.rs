@@ -279,6 +279,23 @@ fn deferred_changes_publish_on_publish_read_or_guard_drop() {
 }
 
 #[test]
+fn map_beg_takes_the_first_key_in_file_order_that_starts_the_name() {
+    let mut t = Table::new(MapKind::Str);
+    t.add(MapKey::string("api"), entry(0, "api", "first"));
+    t.add(MapKey::string("api.v2"), entry(1, "api.v2", "second"));
+    t.add(MapKey::string("db"), entry(2, "db", "db"));
+    let v = |e: Option<&Entry>| e.map(|e| e.value.to_string());
+    assert_eq!(
+        v(t.lookup_beg("api.v2.example")),
+        Some("first".into()),
+        "file order, not longest"
+    );
+    assert_eq!(v(t.lookup_beg("DB-1")), Some("db".into()));
+    assert_eq!(v(t.lookup_beg("ap")), None);
+    assert_eq!(v(t.lookup_beg("")), None);
+}
+
+#[test]
 fn string_maps_match_exactly_and_by_domain_suffix() {
     let mut t = Table::new(MapKind::Str);
     t.add(MapKey::string("Example.com"), entry(0, "Example.com", "ex"));
