@@ -82,13 +82,24 @@ impl Inspect {
         self.sni != Probe::Pending || !self.can_grow()
     }
 
-    /// Peek what is queued now, without waiting.
+    /// Peek what is queued now, without waiting. Bytes the reactor has not
+    /// reported yet are seen on the next look, as HAProxy sees only what its
+    /// buffer holds.
     pub fn look(&mut self, client: &TcpStream) {
         if self.buf.is_empty() {
             self.buf = vec![0u8; INSPECT_MAX];
             self.sni = Probe::Pending;
+            // Nothing peeked yet is a prefix of everything: every TLS fetch
+            // is pending, not absent.
+            self.decode();
         }
-        match crate::sys::sock::recv_nowait(client.as_fd(), &mut self.buf, true) {
+        // Through `try_io`, so that a `WouldBlock` clears tokio's readiness and
+        // the next `ready()` waits for new bytes instead of answering at once.
+        let buf = &mut self.buf;
+        let peeked = client.try_io(Interest::READABLE, || {
+            crate::sys::sock::recv_nowait(client.as_fd(), buf, true)
+        });
+        match peeked {
             Ok(0) => self.closed = true,
             Ok(n) if n != self.len => {
                 self.len = n;

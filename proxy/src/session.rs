@@ -97,9 +97,11 @@ impl Meter for FlowMeter<'_> {
 /// - `use_backend %[src,map_ip(FILE[,DEFAULT])]` → the backend the longest matching key's
 ///   value names, else the one DEFAULT names; a value that names no backend (or no match
 ///   and no DEFAULT) ends the rules and `default_backend` applies.
-/// - `use_backend %[req.ssl_sni,map(FILE[,DEFAULT])]` / `map_dom` → the same with the
-///   TLS server name, read by peeking at the client's ClientHello; an absent, malformed
-///   or late (after `tcp-request inspect-delay`) hello takes DEFAULT.
+/// - `use_backend %[req.ssl_sni,map(FILE[,DEFAULT])]` / `map_dom` / `map_beg` → the
+///   same with the TLS server name, read by peeking at the client's ClientHello; an
+///   absent, malformed or late (after `tcp-request inspect-delay`) hello gives no name,
+///   hence no backend name: `default_backend` (HAProxy's converter default only
+///   answers a name the map does not hold).
 ///
 /// No rule applies → `default_backend`. The hello is waited for once, when the first
 /// rule that needs the name (an SNI map or a `req.ssl_sni` condition) is reached, up to
@@ -147,10 +149,15 @@ async fn route(
                 how,
                 default_target,
                 ..
-            } => inspect
-                .sni()
-                .and_then(|n| state.maps.route_name(*map, n, *how))
-                .unwrap_or(*default_target),
+            } => match inspect.sni() {
+                // As HAProxy: no name, no sample, so no backend name at all
+                // (the converter's default answers a lookup that misses).
+                None => None,
+                Some(n) => state
+                    .maps
+                    .route_name(*map, n, *how)
+                    .unwrap_or(*default_target),
+            },
         };
         return found.or(fe.default_backend);
     }

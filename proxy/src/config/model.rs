@@ -675,7 +675,8 @@ pub struct ContentRule {
 pub enum NameMatch {
     /// `map`, `map_str`: the whole name.
     Exact,
-    /// `map_dom`: the name or one of its dot-separated suffixes, longest first.
+    /// `map_dom`: the name or one of its dot-separated suffixes, the first in file
+    /// order.
     Dom,
     /// `map_beg`: a key the name starts with, the first in file order.
     Beg,

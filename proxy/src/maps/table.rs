@@ -287,20 +287,28 @@ impl Table {
     }
 
     /// `map_dom`: the entry whose string key is `name` or one of its dot-separated
-    /// suffixes, the longest first (`a.example.com`, `example.com`, `com`).
+    /// suffixes (`a.example.com`, `example.com`, `com`); of several, the first in
+    /// insertion order, as HAProxy's list match (a file holding `example.com` before
+    /// `api.example.com` sends `api.example.com` to the first).
     pub fn lookup_dom(&self, name: &str) -> Option<&Entry> {
         let name = name.to_ascii_lowercase();
         let mut rest = name.as_str();
+        let mut best: Option<&Entry> = None;
         for _ in 0..MAX_LABELS {
             if rest.is_empty() {
-                return None;
+                break;
             }
             if let Some(e) = self.get_exact(MapKey::Str(Arc::from(rest))) {
-                return Some(e);
+                if best.is_none_or(|b| e.seq < b.seq) {
+                    best = Some(e);
+                }
             }
-            rest = rest.split_once('.')?.1;
+            match rest.split_once('.') {
+                Some((_, r)) => rest = r,
+                None => break,
+            }
         }
-        None
+        best
     }
 
     /// `map_beg`: the entry whose string key `name` starts with (ASCII case

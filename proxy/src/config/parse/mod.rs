@@ -38,9 +38,9 @@ use super::ConfigError;
 use super::{acl, addr, model, units};
 
 pub use global::GlobalDraft;
-pub use proxy::{Kind, ProxyDraft, UseBackendDraft};
 #[cfg(test)]
 pub use proxy::parse_use_backend;
+pub use proxy::{Kind, ProxyDraft, UseBackendDraft};
 
 /// Upper bound for any `maxconn`: far above what one host can hold, low
 /// enough that per-connection tables sized from it stay allocatable.
