@@ -2,8 +2,9 @@
 //! cleanly, counts in the frontend's `dreq` (a backend's rule too, as HAProxy)
 //! and is logged `PR` with `<NOSRV>`; a rule short of bytes waits for them
 //! within `tcp-request inspect-delay` and the peeked bytes reach the server
-//! intact; at the delay the rules decide on what is there; `nbsrv` follows
-//! the servers' state as the CLI changes it.
+//! intact; at the delay the rules decide on what is there; a listen's rules
+//! run once for its own clients; `nbsrv` follows the servers' state as the
+//! CLI changes it.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -182,4 +183,32 @@ fn nbsrv_follows_the_servers_state() {
     let answer = cli(&shunt.sock(), "enable server be_a/s1");
     assert!(answer.trim().is_empty(), "{answer}");
     assert_eq!(outcome(fe, b"x"), Some(1));
+}
+
+#[test]
+fn a_listen_runs_its_rules_once_for_its_own_clients() {
+    let server = Server::tagged_echo(5);
+    let (p1, p2) = (free_port(), free_port());
+    let cfg = format!(
+        "defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\n\
+         listen l\n    bind 127.0.0.1:{p1}\n    tcp-request inspect-delay {}ms\n    tcp-request content reject if {{ req.payload(0,4) -m str QUIT }}\n    server s1 {}\n\n\
+         frontend f2\n    bind 127.0.0.1:{p2}\n    default_backend l\n",
+        DELAY.as_millis(),
+        server.addr
+    );
+    let _shunt = Shunt::start(&cfg, &[]);
+    for port in [p1, p2] {
+        let fe = SocketAddr::from(([127, 0, 0, 1], port));
+        assert_eq!(outcome(fe, b"QUIT"), None, "port {port}");
+        // Too short to decide: accepted once the delay ends, after one wait
+        // (run as a frontend's and again as a backend's, it would wait twice).
+        let t0 = Instant::now();
+        assert_eq!(outcome(fe, b"ab"), Some(5), "port {port}");
+        let waited = t0.elapsed();
+        assert!(
+            waited >= DELAY - Duration::from_millis(50)
+                && waited < DELAY * 2 - Duration::from_millis(100),
+            "port {port}: routed after {waited:?}, inspect-delay {DELAY:?}"
+        );
+    }
 }

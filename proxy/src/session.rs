@@ -571,7 +571,13 @@ pub async fn run(
     be_ctr.event(Event::Session);
     let _be_open = Open::new(be_ctr);
     let delay = be.timeouts.inspect_delay;
-    let rules = &be.tcp_content;
+    // A listen section's rules ran as its frontend's: HAProxy runs a
+    // backend's only when it is another proxy than the frontend.
+    let rules: &[ContentRule] = if fe.own_backend == Some(be_idx) {
+        &[]
+    } else {
+        &be.tcp_content
+    };
     if content_rules(&state, rules, delay, (peer, dst), &client, &mut inspect).await
         == ContentAction::Reject
     {

@@ -67,6 +67,7 @@ fn reference_config(fe_bind: SocketAddr, s_ports: [u16; 2]) -> Config {
             use_backend_conds: vec![],
             tcp_connection: vec![],
             tcp_content: Vec::new(),
+            own_backend: None,
             maxconn: 0,
             timeouts: Timeouts::default(),
             splice: Default::default(),

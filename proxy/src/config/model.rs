@@ -569,6 +569,9 @@ pub struct Frontend {
     /// `tcp-request content` rules, in order, evaluated on the request's
     /// first bytes within `timeouts.inspect_delay`.
     pub tcp_content: Vec<ContentRule>,
+    /// The backend half of a `listen` section (index into [`Config::backends`]):
+    /// its content rules are this frontend's.
+    pub own_backend: Option<usize>,
     /// 0 = limited only by global maxconn.
     pub maxconn: usize,
     pub timeouts: Timeouts,

@@ -158,6 +158,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
                 })
                 .collect(),
             tcp_content: content_rules(d),
+            own_backend: own_backend[i],
             maxconn: d.maxconn,
             timeouts: d.timeouts,
             splice: d.splice,
