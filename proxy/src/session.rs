@@ -118,6 +118,10 @@ async fn route(
     inspect: &mut Inspect,
 ) -> Option<usize> {
     let mut waited = false;
+    if fe.use_backend_conds.iter().flatten().any(|c| c.reads_content()) {
+        // What has arrived by now, as HAProxy's buffer holds it.
+        inspect.look(client);
+    }
     for (rule, cond) in fe.use_backends.iter().zip(&fe.use_backend_conds) {
         let wants_sni = matches!(rule, UseBackend::SniMap { .. })
             || cond.as_ref().is_some_and(|c| c.uses_sni());
