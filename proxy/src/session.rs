@@ -118,7 +118,12 @@ async fn route(
     inspect: &mut Inspect,
 ) -> Option<usize> {
     let mut waited = false;
-    if fe.use_backend_conds.iter().flatten().any(|c| c.reads_content()) {
+    if fe
+        .use_backend_conds
+        .iter()
+        .flatten()
+        .any(|c| c.reads_content())
+    {
         // What has arrived by now, as HAProxy's buffer holds it.
         inspect.look(client);
     }
