@@ -2126,3 +2126,71 @@ fn tcp_request_connection_expect_proxy() {
         );
     }
 }
+
+// ---------- content rules ----------
+
+#[test]
+fn content_rules_land_in_their_proxy_and_resolve_proxy_arguments() {
+    let c = okd(
+        "frontend fe\n bind :1\n tcp-request inspect-delay 2s\n acl down nbsrv(b) lt 1\n \
+         tcp-request content reject if down\n tcp-request content accept if { fe_conn lt 5 }\n default_backend b\n\
+         backend other\n server s 127.0.0.1:2\n\
+         backend b\n tcp-request inspect-delay 1s\n tcp-request content reject if { be_conn gt 9 }\n server s 127.0.0.1:1\n\
+         listen l\n bind :3\n tcp-request content accept if { nbsrv ge 1 }\n server s 127.0.0.1:3\n",
+    );
+    let fe = &c.frontends[0];
+    assert_eq!(fe.timeouts.inspect_delay, Some(Duration::from_secs(2)));
+    let actions: Vec<_> = fe.tcp_content.iter().map(|r| r.action).collect();
+    assert_eq!(actions, [ContentAction::Reject, ContentAction::Accept]);
+    let px = |r: &ContentRule| {
+        r.cond
+            .as_ref()
+            .and_then(|c| c.suites[0][0].exprs[0].px.as_ref())
+            .map(|p| p.idx)
+    };
+    let b = c.backend_by_name("b");
+    assert_eq!(px(&fe.tcp_content[0]), b, "nbsrv(b)");
+    assert_eq!(px(&fe.tcp_content[1]), Some(0), "fe_conn: this frontend");
+    let be = &c.backends[b.unwrap_or_default()];
+    assert_eq!(be.timeouts.inspect_delay, Some(Duration::from_secs(1)));
+    assert_eq!(px(&be.tcp_content[0]), b, "be_conn: this backend");
+    let l = &c.frontends[1];
+    assert_eq!(
+        px(&l.tcp_content[0]),
+        c.backend_by_name("l"),
+        "a listen's own half"
+    );
+    assert_eq!(l.own_backend, c.backend_by_name("l"));
+    assert_eq!(fe.own_backend, None);
+}
+
+#[test]
+fn proxy_arguments_that_name_nothing_are_haproxys_errors() {
+    let e = errs(&format!(
+        "{DEFAULTS}frontend fe\n bind :1\n acl x nbsrv(zz) gt 1\n \
+         tcp-request content reject if x\n tcp-request content reject if {{ nbsrv lt 1 }}\n default_backend b\n\
+         backend b\n tcp-request content reject if {{ fe_conn gt 1 }}\n server s 127.0.0.1:1\n"
+    ));
+    assert_eq!(
+        e,
+        [
+            "parsing [t.cfg:8] : unable to find backend 'zz' referenced in arg 1 of ACL keyword 'nbsrv' in proxy 'fe'.",
+            "parsing [t.cfg:10] : proxy 'fe', referenced in arg 1 of ACL keyword 'nbsrv' in proxy 'fe', has not backend capability.",
+            "parsing [t.cfg:13] : proxy 'b', referenced in arg 1 of ACL keyword 'fe_conn' in proxy 'b', has not frontend capability.",
+        ]
+    );
+}
+
+#[test]
+fn content_fetches_in_connection_rules_get_haproxys_warning() {
+    let l = ok(&format!(
+        "{DEFAULTS}frontend fe\n bind :1\n tcp-request connection reject if {{ req.len gt 3 }}\n default_backend b\nbackend b\n"
+    ));
+    assert!(
+        l.warnings.iter().any(|w| w.contains(
+            "anonymous acl will never match in 'tcp-request connection' because it uses keyword 'req.len'"
+        )),
+        "{:#?}",
+        l.warnings
+    );
+}
