@@ -3,7 +3,7 @@
 //!
 //! Checks that the server name picks the mapped backend (domain suffix for `map_dom`,
 //! exact for `map`), that unknown names, garbage, a hello without a name and a silent
-//! client (after `tcp-request inspect-delay`) take DEFAULT, that `set map`/`add map`/
+//! client (after `tcp-request inspect-delay`) take default_backend, that `set map`/`add map`/
 //! `del map` on the SNI map steer the next flow, and that the peeked bytes (the hello
 //! and what follows it) reach the server intact in every forwarding mode.
 
@@ -38,7 +38,7 @@ fn start(mode: &str) -> Setup {
     let exact_map = maps.path().join("exact.map");
     std::fs::write(
         &dom_map,
-        "# domains\nexample.com a\nnoback.example.com nosuch\n",
+        "# domains\nnoback.example.com nosuch\nexample.com a\n",
     )
     .expect("write map");
     std::fs::write(&exact_map, "B.test b\n").expect("write map");
@@ -47,7 +47,7 @@ fn start(mode: &str) -> Setup {
         "global\n    stats socket @DIR@/admin.sock level admin\n\n\
          defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n    tcp-request inspect-delay {}ms\n\n\
          frontend fe_dom\n    bind 127.0.0.1:{p1}\n    tcp-request content accept if {{ req_ssl_hello_type 1 }}\n    use_backend %[req.ssl_sni,map_dom({},dflt)]\n    default_backend dflt\n\n\
-         frontend fe_exact\n    bind 127.0.0.1:{p2}\n    use_backend %[req.ssl_sni,map({},dflt)]\n\n\
+         frontend fe_exact\n    bind 127.0.0.1:{p2}\n    use_backend %[req.ssl_sni,map({},dflt)]\n    default_backend dflt\n\n\
          backend a\n    server s {}\n\nbackend b\n    server s {}\n\nbackend dflt\n    server s {}\n",
         DELAY.as_millis(),
         dom_map.display(),
@@ -101,7 +101,7 @@ fn server_name_picks_the_backend() {
     assert_eq!(
         tag(s.dom, &sni("noback.example.com")),
         DEFAULT,
-        "value names no backend"
+        "value names no backend (its key comes first in the file)"
     );
     assert_eq!(tag(s.exact, &sni("b.test")), B, "map: exact");
     assert_eq!(

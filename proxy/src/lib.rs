@@ -32,6 +32,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod handoff;
+pub mod inspect;
 pub mod lb;
 pub mod listeners;
 pub mod log;

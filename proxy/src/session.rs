@@ -22,10 +22,13 @@ use std::time::{Duration, SystemTime};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::config::acl::Request;
 use crate::config::{
-    AclCtx, Backend, ForwardMode, Frontend, ProxyVersion, TcpConnAction, UseBackend,
+    AclCtx, Backend, ContentAction, ContentRule, ForwardMode, Frontend, ProxyVersion,
+    TcpConnAction, UseBackend,
 };
 use crate::handoff::{self, End, Meter, Mode, Plan, Promote};
+use crate::inspect::Inspect;
 use crate::lb::spares::{ConnectError, ConnectOpts};
 use crate::lb::AcquireError;
 use crate::log::format::{Cause, Phase as LogPhase};
@@ -95,35 +98,50 @@ impl Meter for FlowMeter<'_> {
 /// - `use_backend %[src,map_ip(FILE[,DEFAULT])]` → the backend the longest matching key's
 ///   value names, else the one DEFAULT names; a value that names no backend (or no match
 ///   and no DEFAULT) ends the rules and `default_backend` applies.
-/// - `use_backend %[req.ssl_sni,map(FILE[,DEFAULT])]` / `map_dom` → the same with the
-///   TLS server name, read by peeking at the client's ClientHello ([`peek_sni`]); an
-///   absent, malformed or late (after `tcp-request inspect-delay`) hello takes DEFAULT.
+/// - `use_backend %[req.ssl_sni,map(FILE[,DEFAULT])]` / `map_dom` / `map_beg` → the
+///   same with the TLS server name, read by peeking at the client's ClientHello; an
+///   absent, malformed or late (after `tcp-request inspect-delay`) hello gives no name,
+///   hence no backend name: `default_backend` (HAProxy's converter default only
+///   answers a name the map does not hold).
 ///
-/// No rule applies → `default_backend`. The hello is peeked once, when the first rule
-/// that needs the name (an SNI map or a `req.ssl_sni` condition) is reached. The map
-/// lookup is one lock-free load and a hash probe per prefix length in use, or per label
-/// for `map_dom` (`maps/table.rs`); a condition is a walk of its compiled tree.
+/// No rule applies → `default_backend`. The hello is waited for once, when the first
+/// rule that needs the name (an SNI map or a `req.ssl_sni` condition) is reached, up to
+/// the inspect-delay from then; conditions see the request bytes as they are (HAProxy's
+/// switching rules do not wait: the content rules do). The map lookup is one lock-free
+/// load and a hash probe per prefix length in use, or per label for `map_dom`
+/// (`maps/table.rs`); a condition is a walk of its compiled tree.
 async fn route(
     state: &Runtime,
     fe: &Frontend,
     peer: SocketAddr,
     dst: Option<SocketAddr>,
     client: &TcpStream,
+    inspect: &mut Inspect,
 ) -> Option<usize> {
-    // Outer `None`: not peeked yet.
-    let mut sni: Option<Option<String>> = None;
+    let mut waited = false;
+    if fe
+        .use_backend_conds
+        .iter()
+        .flatten()
+        .any(|c| c.reads_content())
+    {
+        // What has arrived by now, as HAProxy's buffer holds it.
+        inspect.look(client);
+    }
     for (rule, cond) in fe.use_backends.iter().zip(&fe.use_backend_conds) {
         let wants_sni = matches!(rule, UseBackend::SniMap { .. })
             || cond.as_ref().is_some_and(|c| c.uses_sni());
-        if wants_sni && sni.is_none() {
-            sni = Some(peek_sni(client, fe.timeouts.inspect_delay).await);
+        if wants_sni && !waited {
+            waited = true;
+            wait_hello(inspect, client, fe.timeouts.inspect_delay).await;
         }
-        let name = sni.as_ref().and_then(|s| s.as_deref());
         if let Some(c) = cond {
             let ctx = AclCtx {
                 src: peer,
                 dst,
-                sni: name,
+                sni: inspect.sni(),
+                req: inspect.request(false),
+                counts: state,
             };
             if !c.eval(&ctx) {
                 continue;
@@ -138,16 +156,87 @@ async fn route(
             } => state.maps.route(*map, peer.ip()).unwrap_or(*default_target),
             UseBackend::SniMap {
                 map,
-                dom,
+                how,
                 default_target,
                 ..
-            } => name
-                .and_then(|n| state.maps.route_name(*map, n, *dom))
-                .unwrap_or(*default_target),
+            } => match inspect.sni() {
+                // As HAProxy: no name, no sample, so no backend name at all
+                // (the converter's default answers a lookup that misses).
+                None => None,
+                Some(n) => state
+                    .maps
+                    .route_name(*map, n, *how)
+                    .unwrap_or(*default_target),
+            },
         };
         return found.or(fe.default_backend);
     }
     fe.default_backend
+}
+
+/// Peek until the ClientHello is complete (or cannot be), up to `delay` from
+/// now; `None` judges only what has already arrived.
+async fn wait_hello(inspect: &mut Inspect, client: &TcpStream, delay: Option<Duration>) {
+    let deadline = tokio::time::Instant::now() + delay.unwrap_or(Duration::ZERO);
+    inspect.look(client);
+    while !inspect.sni_decided() && tokio::time::Instant::now() < deadline {
+        inspect.wait_more(client, deadline).await;
+    }
+    if !inspect.sni_decided() {
+        tracing::debug!(
+            have = inspect.bytes().len(),
+            "incomplete TLS ClientHello at inspect-delay"
+        );
+    }
+}
+
+/// The verdict of a proxy's `tcp-request content` rules, HAProxy's
+/// `tcp_inspect_request`: the rules run in order on the request bytes peeked
+/// so far; the first `accept` or `reject` whose condition holds decides, and
+/// none → accepted. A condition that more bytes could still decide (`Miss`:
+/// a payload shorter than asked, an incomplete ClientHello, `req.len` not
+/// matching yet) stops the walk until bytes arrive, the client closes, the
+/// buffer is full or `delay` (the proxy's `tcp-request inspect-delay`, from
+/// now) ends; then they run again, the last time with every fetch final. No
+/// delay → one final run on what is there. Nothing is consumed.
+async fn content_rules(
+    state: &Runtime,
+    rules: &[ContentRule],
+    delay: Option<Duration>,
+    (peer, dst): (SocketAddr, Option<SocketAddr>),
+    client: &TcpStream,
+    inspect: &mut Inspect,
+) -> ContentAction {
+    if rules.is_empty() {
+        return ContentAction::Accept;
+    }
+    let deadline = tokio::time::Instant::now() + delay.unwrap_or(Duration::ZERO);
+    inspect.look(client);
+    loop {
+        let more = tokio::time::Instant::now() < deadline;
+        let ctx = AclCtx {
+            src: peer,
+            dst,
+            sni: inspect.sni(),
+            req: inspect.request(more),
+            counts: state,
+        };
+        let mut undecided = false;
+        for rule in rules {
+            match rule.cond.as_ref().map_or(Some(true), |c| c.applies(&ctx)) {
+                Some(true) => return rule.action,
+                Some(false) => {}
+                None => {
+                    undecided = true;
+                    break;
+                }
+            }
+        }
+        if !undecided {
+            return ContentAction::Accept;
+        }
+        inspect.wait_more(client, deadline).await;
+    }
 }
 
 /// The verdict of the frontend's `tcp-request connection` rules on a new
@@ -156,12 +245,19 @@ async fn route(
 /// `accept` or `reject` whose condition holds ends the rules; `expect-proxy`
 /// marks the connection and the rules go on. All of them run before the
 /// header is read, so they see the real addresses. Nothing has been read
-/// yet, so a `req.ssl_sni` term sees no name (the parser warned).
-fn connection_rules(fe: &Frontend, peer: SocketAddr, dst: Option<SocketAddr>) -> Option<bool> {
+/// yet, so a fetch of the request's contents sees nothing (the parser warned).
+fn connection_rules(
+    state: &Runtime,
+    fe: &Frontend,
+    peer: SocketAddr,
+    dst: Option<SocketAddr>,
+) -> Option<bool> {
     let ctx = AclCtx {
         src: peer,
         dst,
         sni: None,
+        req: Request::NONE,
+        counts: state,
     };
     let mut expect_proxy = false;
     for rule in &fe.tcp_connection {
@@ -263,51 +359,6 @@ fn take_header(client: &TcpStream) -> std::io::Result<Result<proxy_proto::Header
             Err(e) => Err(HeaderError::Abort(e)),
         },
     )
-}
-
-/// Peek buffer for the ClientHello: one full TLS record with its header.
-const SNI_PEEK_MAX: usize = crate::sni::MAX_HELLO_BYTES;
-/// Pause between two peeks while a ClientHello is partly there: a socket with queued
-/// bytes stays readable, so waiting for *more* bytes without consuming them is a poll.
-/// Only split hellos (rare: one fits a segment) pay it, and never past inspect-delay.
-const SNI_REPEEK_PAUSE: Duration = Duration::from_millis(5);
-
-/// The server name of the ClientHello the client sent, without consuming any byte (the
-/// hello is forwarded as sent). Waits for bytes while the hello is incomplete, up to
-/// `delay` from now; `None` (no delay) judges only what has already arrived. `None` when
-/// the hello is absent, malformed, has no name, or is late.
-async fn peek_sni(client: &TcpStream, delay: Option<Duration>) -> Option<String> {
-    use crate::sni::{parse_sni, SniError};
-    let deadline = tokio::time::Instant::now() + delay.unwrap_or(Duration::ZERO);
-    let mut buf = vec![0u8; SNI_PEEK_MAX];
-    loop {
-        // `timeout_at` polls the peek before the deadline, so bytes already queued are
-        // judged even with no delay.
-        let n = match tokio::time::timeout_at(deadline, client.peek(&mut buf)).await {
-            Ok(Ok(n)) => n,
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "peek for TLS ClientHello failed");
-                return None;
-            }
-            Err(_) => {
-                tracing::debug!("no TLS ClientHello within inspect-delay");
-                return None;
-            }
-        };
-        match parse_sni(&buf[..n]) {
-            Ok(name) => return name,
-            Err(SniError::Malformed) => return None,
-            // Closed mid-hello, or a hello larger than the bound.
-            Err(SniError::NeedMore) if n == 0 || n == SNI_PEEK_MAX => return None,
-            Err(SniError::NeedMore) => {}
-        }
-        if tokio::time::Instant::now() >= deadline {
-            tracing::debug!(have = n, "incomplete TLS ClientHello at inspect-delay");
-            return None;
-        }
-        tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + SNI_REPEEK_PAUSE))
-            .await;
-    }
 }
 
 /// How a flow is forwarded, from the global mode and the proxies' options:
@@ -463,7 +514,7 @@ pub fn run(
         let fe_ctr = &state.stats.frontends[fe_idx];
         let accepted = SystemTime::now();
         let mut dst = client.local_addr().ok();
-        let Some(expect_proxy) = connection_rules(fe, peer, dst) else {
+        let Some(expect_proxy) = connection_rules(&state, fe, peer, dst) else {
             // As HAProxy: counted in the frontend's denied connections, never a
             // session, never logged; dropping the socket closes it.
             tracing::debug!(frontend = %fe.name, %peer, "rejected by tcp-request connection");
@@ -513,7 +564,22 @@ pub fn run(
             }
         }
 
-        let Some(be_idx) = route(&state, fe, peer, dst, &client).await else {
+        // The request's first bytes, peeked for the content rules and the SNI
+        // rules; the buffer is freed once the flow is routed.
+        let mut inspect = Inspect::default();
+        let delay = fe.timeouts.inspect_delay;
+        let rules = &fe.tcp_content;
+        if content_rules(&state, rules, delay, (peer, dst), &client, &mut inspect).await
+            == ContentAction::Reject
+        {
+            // As HAProxy: the frontend's `dreq`, logged `PR` (`<NOSRV>`).
+            tracing::debug!(frontend = %fe.name, %peer, "rejected by tcp-request content");
+            fe_ctr.event(Event::DeniedReq);
+            log.end_at(Cause::Proxy, LogPhase::Request);
+            inspect.discard(&client);
+            return;
+        }
+        let Some(be_idx) = route(&state, fe, peer, dst, &client, &mut inspect).await else {
             tracing::debug!(frontend = %fe.name, %peer, "no backend to route to; closing");
             fe_ctr.event(Event::Denied);
             log.end_at(Cause::Proxy, LogPhase::Request);
@@ -526,6 +592,25 @@ pub fn run(
         flows::update(flow, |f| f.be = Some(be_idx));
         be_ctr.event(Event::Session);
         let _be_open = Open::new(be_ctr);
+        let delay = be.timeouts.inspect_delay;
+        // A listen section's rules ran as its frontend's: HAProxy runs a
+        // backend's only when it is another proxy than the frontend.
+        let rules: &[ContentRule] = if fe.own_backend == Some(be_idx) {
+            &[]
+        } else {
+            &be.tcp_content
+        };
+        if content_rules(&state, rules, delay, (peer, dst), &client, &mut inspect).await
+            == ContentAction::Reject
+        {
+            // HAProxy counts it in the frontend's `dreq` only.
+            tracing::debug!(backend = %be.name, %peer, "rejected by tcp-request content");
+            fe_ctr.event(Event::DeniedReq);
+            log.end_at(Cause::Proxy, LogPhase::Request);
+            inspect.discard(&client);
+            return;
+        }
+        drop(inspect);
 
         // Acquire a server slot and connect, with HAProxy's retry and redispatch rules:
         // `retries` further attempts on the same server, after a failure the error

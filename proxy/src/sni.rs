@@ -1,6 +1,9 @@
 //! `req.ssl_sni`: the server name a TLS ClientHello asks for, read from the bytes a
 //! client sent first (peeked, never consumed: they are forwarded untouched).
 //!
+//! Also `req.ssl_hello_type` and `req.ssl_ver` ([`hello_type`],
+//! [`hello_version`]), read from the same first bytes.
+//!
 //! Owns the ClientHello walk and nothing else: pure, no I/O, no allocation beyond the
 //! returned name. Every length is checked against what is left before it is used, so
 //! no input can panic or read out of bounds (tested with random and truncated inputs).
@@ -87,6 +90,61 @@ impl<'a> Cursor<'a> {
     fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
+}
+
+/// Bytes `req.ssl_hello_type` needs before it can answer: the record header
+/// and the handshake header (type and 3-byte length).
+const HELLO_TYPE_HEAD: usize = RECORD_HEADER + 4;
+/// Bytes `req.ssl_ver` needs: the handshake header and the hello's version.
+const HELLO_VERSION_HEAD: usize = HELLO_TYPE_HEAD + 2;
+/// Record content types of TLS (change_cipher_spec, alert, handshake,
+/// application_data), which HAProxy's `req.ssl_hello_type` takes as a TLS
+/// record header.
+const CONTENT_TYPES: std::ops::RangeInclusive<u8> = 0x14..=0x17;
+
+/// `req.ssl_hello_type`: the handshake message type of the first TLS record
+/// (1 for a ClientHello), once the whole message is there. `Malformed` for
+/// bytes that are no TLS record (or a record too short to hold a handshake
+/// header), `NeedMore` for a valid prefix.
+pub fn hello_type(buf: &[u8]) -> Result<u8, SniError> {
+    match buf.first() {
+        None => return Err(SniError::NeedMore),
+        Some(t) if CONTENT_TYPES.contains(t) => {}
+        Some(_) => return Err(SniError::Malformed),
+    }
+    let Some(head) = buf.get(..HELLO_TYPE_HEAD) else {
+        return Err(SniError::NeedMore);
+    };
+    if head[1] < 3 || usize::from(u16::from_be_bytes([head[3], head[4]])) < 4 {
+        return Err(SniError::Malformed);
+    }
+    let hs_len = (usize::from(head[6]) << 16) | (usize::from(head[7]) << 8) | usize::from(head[8]);
+    if buf.len() < HELLO_TYPE_HEAD + hs_len {
+        return Err(SniError::NeedMore);
+    }
+    Ok(head[5])
+}
+
+/// `req.ssl_ver`: the version a TLS ClientHello announces (`client_version`,
+/// `major << 8 | minor`; TLS 1.0 is 3.1, and a TLS 1.3 client says 3.3), or
+/// the record's version for another handshake message.
+pub fn hello_version(buf: &[u8]) -> Result<u16, SniError> {
+    match buf.first() {
+        None => return Err(SniError::NeedMore),
+        Some(&CONTENT_HANDSHAKE) => {}
+        Some(_) => return Err(SniError::Malformed),
+    }
+    let Some(head) = buf.get(..HELLO_VERSION_HEAD) else {
+        return Err(SniError::NeedMore);
+    };
+    if head[1] != 3 {
+        return Err(SniError::Malformed);
+    }
+    Ok(if head[5] == HANDSHAKE_CLIENT_HELLO {
+        u16::from_be_bytes([head[9], head[10]])
+    } else {
+        u16::from_be_bytes([head[1], head[2]])
+    })
 }
 
 /// The server name in the ClientHello at the start of `buf`: `Ok(Some(name))`,
@@ -226,6 +284,33 @@ mod tests {
         rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
         rec.extend_from_slice(&hs);
         rec
+    }
+
+    #[test]
+    fn hello_type_and_version_as_haproxy_reads_them() {
+        let h = client_hello(Some("a.example"));
+        assert_eq!(hello_type(&h), Ok(HANDSHAKE_CLIENT_HELLO));
+        // The hello's own version (3.3), not the record's (3.1).
+        assert_eq!(hello_version(&h), Ok(0x0303));
+        for cut in [0, 1, 5, 8, h.len() - 1] {
+            assert_eq!(hello_type(&h[..cut]), Err(SniError::NeedMore), "cut {cut}");
+        }
+        assert_eq!(hello_version(&h[..10]), Err(SniError::NeedMore));
+        assert_eq!(
+            hello_version(&h[..11]),
+            Ok(0x0303),
+            "the version is known early"
+        );
+        assert_eq!(hello_type(b"GET / HTTP/1.1\r\n"), Err(SniError::Malformed));
+        assert_eq!(
+            hello_version(b"\x17\x03\x03\x00\x10xxxxxxxxxx"),
+            Err(SniError::Malformed)
+        );
+        // A record too short to hold a handshake header is no hello.
+        assert_eq!(
+            hello_type(b"\x16\x03\x01\x00\x02\x01\x00\x00\x00"),
+            Err(SniError::Malformed)
+        );
     }
 
     #[test]

@@ -162,6 +162,7 @@ mod col {
     pub const STOT: usize = 7;
     pub const BIN: usize = 8;
     pub const BOUT: usize = 9;
+    pub const DREQ: usize = 10;
     pub const ECON: usize = 13;
     pub const ERESP: usize = 14;
     pub const WRETR: usize = 15;
@@ -454,6 +455,7 @@ fn frontend_row(ctx: &Ctx, fi: usize, fe: &Frontend) -> Row {
     r.set(col::CONN_RATE_MAX, 0);
     r.set(col::CONN_TOT, s.stot);
     r.set(col::DCON, s.dcon);
+    r.set(col::DREQ, s.dreq);
     r.set(col::DASH, "-");
     r
 }
@@ -645,6 +647,7 @@ fn backend_row(ctx: &Ctx, bi: usize, be: &Backend, uptime: u64) -> Row {
     r.set(col::SID, 0);
     r.set(col::LBTOT, lbtot);
     r.set(col::TYPE, TYPE_BACKEND);
+    r.set(col::DREQ, s.dreq);
     r.set(col::RATE, 0);
     r.set(col::RATE_MAX, 0);
     r.set(col::CLI_ABRT, s.cli_abrt);

@@ -566,6 +566,12 @@ pub struct Frontend {
     pub use_backend_conds: Vec<Option<Cond>>,
     /// `tcp-request connection` rules, in order, evaluated at accept.
     pub tcp_connection: Vec<TcpConnRule>,
+    /// `tcp-request content` rules, in order, evaluated on the request's
+    /// first bytes within `timeouts.inspect_delay`.
+    pub tcp_content: Vec<ContentRule>,
+    /// The backend half of a `listen` section (index into [`Config::backends`]):
+    /// its content rules are this frontend's.
+    pub own_backend: Option<usize>,
     /// 0 = limited only by global maxconn.
     pub maxconn: usize,
     pub timeouts: Timeouts,
@@ -629,6 +635,9 @@ pub struct Backend {
     pub log_global: bool,
     pub line: Location,
     pub opts: BackendOpts,
+    /// `tcp-request content` rules, run once the flow is routed here, within
+    /// this backend's `timeouts.inspect_delay`.
+    pub tcp_content: Vec<ContentRule>,
 }
 
 /// `hash-type`: how a hash-based `balance` (`source`) maps a hash to a server.
@@ -685,6 +694,36 @@ pub struct TcpConnRule {
     pub cond: Option<Cond>,
 }
 
+/// What a `tcp-request content` rule does when its condition holds. Open for
+/// more actions (`track-sc*`): a new variant is one arm in the parser and
+/// one in `session::content_rules`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContentAction {
+    /// Stop evaluating the content rules; the flow goes on to routing.
+    Accept,
+    /// Close the flow (counted in `dreq`, logged `PR`).
+    Reject,
+}
+
+/// `tcp-request content accept|reject [if|unless COND]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContentRule {
+    pub action: ContentAction,
+    pub cond: Option<Cond>,
+}
+
+/// How a string map converter matches a name with its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameMatch {
+    /// `map`, `map_str`: the whole name.
+    Exact,
+    /// `map_dom`: the name or one of its dot-separated suffixes, the first in file
+    /// order.
+    Dom,
+    /// `map_beg`: a key the name starts with, the first in file order.
+    Beg,
+}
+
 /// The target of one `use_backend` rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UseBackend {
@@ -699,13 +738,13 @@ pub enum UseBackend {
         /// The backend `default` names, when one does.
         default_target: Option<usize>,
     },
-    /// `use_backend %[req.ssl_sni,map(FILE[,DEFAULT])]` (exact) or `map_dom` (`dom`:
-    /// the key is the name or a dot-separated suffix of it): the TLS server name
-    /// looked up in string map `map`. A missing or malformed ClientHello takes
-    /// the default.
+    /// `use_backend %[req.ssl_sni,map(FILE[,DEFAULT])]` (exact), `map_dom` (the key
+    /// is the name or a dot-separated suffix of it) or `map_beg` (a prefix): the TLS
+    /// server name looked up in string map `map`. A missing or malformed ClientHello
+    /// takes the default.
     SniMap {
         map: usize,
-        dom: bool,
+        how: NameMatch,
         default: Option<String>,
         default_target: Option<usize>,
     },

@@ -1445,7 +1445,7 @@ fn use_backend_map_errors_name_file_and_line() {
     ));
     assert_eq!(
         e,
-        "parsing [t.cfg:8] : 'use_backend' : unsupported dynamic backend name '%[req.ssl_sni,map_reg(/x.map)]' (shunt supports only '%[src,map_ip(<file>[,<default>])]', '%[req.ssl_sni,map(<file>[,<default>])]' and '%[req.ssl_sni,map_dom(<file>[,<default>])]')."
+        "parsing [t.cfg:8] : 'use_backend' : unsupported dynamic backend name '%[req.ssl_sni,map_reg(/x.map)]' (shunt supports only '%[src,map_ip(<file>[,<default>])]' and '%[req.ssl_sni[,lower|upper],map|map_str|map_dom|map_beg(<file>[,<default>])]')."
     );
     let e = err1(&format!(
         "{DEFAULTS}frontend fe\n bind :8080\n use_backend %[src,map_ip()]\n"
@@ -1477,7 +1477,7 @@ fn use_backend_sni_maps_and_inspect_delay() {
         c.frontends[0].use_backends,
         [UseBackend::SniMap {
             map: 0,
-            dom: true,
+            how: NameMatch::Dom,
             default: Some("b".into()),
             default_target: c.backend_by_name("b"),
         }]
@@ -1486,7 +1486,7 @@ fn use_backend_sni_maps_and_inspect_delay() {
         c.frontends[1].use_backends[..],
         [UseBackend::SniMap {
             map: 0,
-            dom: false,
+            how: NameMatch::Exact,
             default: None,
             ..
         }]
@@ -1504,8 +1504,10 @@ fn tcp_request_errors() {
     let cases: &[(&str, &str)] = &[
         ("tcp-request inspect-delay", "'tcp-request inspect-delay' expects a positive delay in milliseconds."),
         ("tcp-request inspect-delay 5s x", "'tcp-request inspect-delay' cannot handle unexpected argument 'x'."),
-        ("tcp-request content reject", "'tcp-request content reject' is not supported by shunt yet (only 'tcp-request content accept if { req_ssl_hello_type 1 }' is accepted; ACLs come later)."),
-        ("tcp-request content accept if { req_ssl_hello_type 2 }", "'tcp-request content accept if { req_ssl_hello_type 2 }' is not supported by shunt yet (only 'tcp-request content accept if { req_ssl_hello_type 1 }' is accepted; ACLs come later)."),
+        ("tcp-request content track-sc0 src", "'tcp-request content' expects 'accept' or 'reject' in frontend 'fe' (got 'track-sc0'; shunt supports no other action)."),
+        ("tcp-request content reject when", "'tcp-request content reject' only accepts 'if' or 'unless', in frontend 'fe' (got 'when')"),
+        ("tcp-request content reject if { req.payload(0) -m bin 41 }", "'tcp-request content reject' : error detected in frontend 'fe' while parsing 'if' condition : fetch method 'req.payload' : missing arguments (got 1/2), type 'integer' expected in ACL expression 'req.payload(0)'"),
+        ("tcp-request content reject if { req.payload(0,1) -m bin 4 }", "'tcp-request content reject' : error detected in frontend 'fe' while parsing 'if' condition : an even number of hex digit is expected"),
         ("tcp-request connection bogus", "'tcp-request connection' expects 'accept', 'reject' or 'expect-proxy' in frontend 'fe' (got 'bogus'; shunt supports no other action)."),
         ("tcp-request connection reject x", "'tcp-request connection reject' only accepts 'if' or 'unless', in frontend 'fe' (got 'x')"),
         ("tcp-request connection accept if !x", "'tcp-request connection accept' : error detected in frontend 'fe' while parsing 'if' condition : no such ACL : 'x'"),
@@ -1529,9 +1531,57 @@ fn tcp_request_errors() {
         "{e}"
     );
     let e = err1(&format!(
-        "{DEFAULTS}backend b\n tcp-request inspect-delay 1s\n"
+        "{DEFAULTS}backend b\n tcp-request inspect-delay 1s\n tcp-request connection reject\n"
     ));
-    assert_eq!(e, "parsing [t.cfg:7] : 'tcp-request' not allowed because backend 'b' has no frontend capability.");
+    assert_eq!(e, "parsing [t.cfg:8] : 'tcp-request connection' not allowed because backend 'b' has no frontend capability.");
+    let e = err1("defaults\n mode tcp\n tcp-request content reject\n");
+    assert_eq!(
+        e,
+        "parsing [t.cfg:3] : tcp-request content is not allowed in anonymous 'defaults' sections"
+    );
+}
+
+#[test]
+fn dynamic_backend_names_chain_case_converters_and_map_converters() {
+    use super::parse::UseBackendDraft as D;
+    let sni = |path: &str, default: Option<&str>, how| D::SniMap {
+        path: path.into(),
+        default: default.map(Into::into),
+        how,
+    };
+    let ok = |s: &str| super::parse::parse_use_backend(s).unwrap();
+    assert_eq!(
+        ok("%[req.ssl_sni,lower,map_dom(/m,be_x)]"),
+        sni("/m", Some("be_x"), NameMatch::Dom)
+    );
+    assert_eq!(
+        ok("%[req_ssl_sni,upper,lower,map_str(/m)]"),
+        sni("/m", None, NameMatch::Exact)
+    );
+    assert_eq!(
+        ok("%[req.ssl_sni,map_beg(/m,d)]"),
+        sni("/m", Some("d"), NameMatch::Beg)
+    );
+    assert_eq!(
+        ok("%[src,map_ip(/ips)]"),
+        D::SrcMap {
+            path: "/ips".into(),
+            default: None
+        }
+    );
+    for bad in [
+        "%[src,lower,map_ip(/m)]",
+        "%[src,map(/m)]",
+        "%[req.ssl_sni,map_ip(/m)]",
+        "%[req.ssl_sni,lower]",
+        "%[req.ssl_sni,base64,map(/m)]",
+        "%[req.ssl_sni,map(/m,a,b)]",
+        "%[req.ssl_sni,map(/m)",
+        "%[req.ssl_sni,,map(/m)]",
+    ] {
+        let e = super::parse::parse_use_backend(bad).unwrap_err();
+        assert!(e.contains("unsupported dynamic backend name"), "{bad}: {e}");
+    }
 }
 
 #[test]
@@ -1895,6 +1945,8 @@ fn acls_build_conditions_on_rules() {
         src: sa(src),
         dst: Some(sa(dst)),
         sni: None,
+        req: crate::config::acl::Request::NONE,
+        counts: &crate::config::acl::NoCounts,
     };
     let first = fe.use_backend_conds[0].as_ref().unwrap();
     assert!(first.eval(&ctx("10.0.0.1:5", "127.0.0.1:443")));
@@ -1995,6 +2047,8 @@ fn a_named_acl_gathers_lines_declared_after_the_rule() {
         src: sa("192.168.1.1:5"),
         dst: None,
         sni: None,
+        req: crate::config::acl::Request::NONE,
+        counts: &crate::config::acl::NoCounts,
     };
     assert!(fe.use_backend_conds[0].as_ref().unwrap().eval(&ctx));
     assert!(!fe.tcp_connection[0].cond.as_ref().unwrap().eval(&ctx));
@@ -2071,4 +2125,72 @@ fn tcp_request_connection_expect_proxy() {
             "line: {line}"
         );
     }
+}
+
+// ---------- content rules ----------
+
+#[test]
+fn content_rules_land_in_their_proxy_and_resolve_proxy_arguments() {
+    let c = okd(
+        "frontend fe\n bind :1\n tcp-request inspect-delay 2s\n acl down nbsrv(b) lt 1\n \
+         tcp-request content reject if down\n tcp-request content accept if { fe_conn lt 5 }\n default_backend b\n\
+         backend other\n server s 127.0.0.1:2\n\
+         backend b\n tcp-request inspect-delay 1s\n tcp-request content reject if { be_conn gt 9 }\n server s 127.0.0.1:1\n\
+         listen l\n bind :3\n tcp-request content accept if { nbsrv ge 1 }\n server s 127.0.0.1:3\n",
+    );
+    let fe = &c.frontends[0];
+    assert_eq!(fe.timeouts.inspect_delay, Some(Duration::from_secs(2)));
+    let actions: Vec<_> = fe.tcp_content.iter().map(|r| r.action).collect();
+    assert_eq!(actions, [ContentAction::Reject, ContentAction::Accept]);
+    let px = |r: &ContentRule| {
+        r.cond
+            .as_ref()
+            .and_then(|c| c.suites[0][0].exprs[0].px.as_ref())
+            .map(|p| p.idx)
+    };
+    let b = c.backend_by_name("b");
+    assert_eq!(px(&fe.tcp_content[0]), b, "nbsrv(b)");
+    assert_eq!(px(&fe.tcp_content[1]), Some(0), "fe_conn: this frontend");
+    let be = &c.backends[b.unwrap_or_default()];
+    assert_eq!(be.timeouts.inspect_delay, Some(Duration::from_secs(1)));
+    assert_eq!(px(&be.tcp_content[0]), b, "be_conn: this backend");
+    let l = &c.frontends[1];
+    assert_eq!(
+        px(&l.tcp_content[0]),
+        c.backend_by_name("l"),
+        "a listen's own half"
+    );
+    assert_eq!(l.own_backend, c.backend_by_name("l"));
+    assert_eq!(fe.own_backend, None);
+}
+
+#[test]
+fn proxy_arguments_that_name_nothing_are_haproxys_errors() {
+    let e = errs(&format!(
+        "{DEFAULTS}frontend fe\n bind :1\n acl x nbsrv(zz) gt 1\n \
+         tcp-request content reject if x\n tcp-request content reject if {{ nbsrv lt 1 }}\n default_backend b\n\
+         backend b\n tcp-request content reject if {{ fe_conn gt 1 }}\n server s 127.0.0.1:1\n"
+    ));
+    assert_eq!(
+        e,
+        [
+            "parsing [t.cfg:8] : unable to find backend 'zz' referenced in arg 1 of ACL keyword 'nbsrv' in proxy 'fe'.",
+            "parsing [t.cfg:10] : proxy 'fe', referenced in arg 1 of ACL keyword 'nbsrv' in proxy 'fe', has not backend capability.",
+            "parsing [t.cfg:13] : proxy 'b', referenced in arg 1 of ACL keyword 'fe_conn' in proxy 'b', has not frontend capability.",
+        ]
+    );
+}
+
+#[test]
+fn content_fetches_in_connection_rules_get_haproxys_warning() {
+    let l = ok(&format!(
+        "{DEFAULTS}frontend fe\n bind :1\n tcp-request connection reject if {{ req.len gt 3 }}\n default_backend b\nbackend b\n"
+    ));
+    assert!(
+        l.warnings.iter().any(|w| w.contains(
+            "anonymous acl will never match in 'tcp-request connection' because it uses keyword 'req.len'"
+        )),
+        "{:#?}",
+        l.warnings
+    );
 }

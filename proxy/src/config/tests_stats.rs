@@ -29,6 +29,8 @@ fn ctx(src: &str) -> AclCtx<'static> {
         src: src.parse::<SocketAddr>().unwrap(),
         dst: None,
         sni: None,
+        req: crate::config::acl::Request::NONE,
+        counts: &crate::config::acl::NoCounts,
     }
 }
 

@@ -137,13 +137,18 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
                         Err(e) => map_errors.push(e),
                     }
                 }
-                UseBackendDraft::SniMap { path, default, dom } => {
+                UseBackendDraft::SniMap { path, default, how } => {
                     let default_target = default.as_deref().and_then(find);
-                    let want = (MapKind::Str, if *dom { "map_dom" } else { "map" });
+                    let conv = match how {
+                        NameMatch::Exact => "map",
+                        NameMatch::Dom => "map_dom",
+                        NameMatch::Beg => "map_beg",
+                    };
+                    let want = (MapKind::Str, conv);
                     match load_map(&mut maps, &mut kinds, path, want, loc, d) {
                         Ok(map) => use_backends.push(UseBackend::SniMap {
                             map,
-                            dom: *dom,
+                            how: *how,
                             default: default.clone(),
                             default_target,
                         }),
@@ -171,6 +176,8 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
                     cond: complete(&r.cond, &d.acls),
                 })
                 .collect(),
+            tcp_content: content_rules(d),
+            own_backend: own_backend[i],
             maxconn: d.maxconn,
             timeouts: d.timeouts,
             splice: d.splice,
@@ -223,6 +230,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
     }
 
     check_log_rings(&global, &log_locs, &proxies, &mut errors);
+    resolve_proxy_args(&mut frontends, &mut backends, &mut errors);
 
     if !errors.is_empty() {
         return Err(errors);
@@ -271,6 +279,70 @@ fn complete(cond: &Option<Cond>, acls: &[super::acl::NamedAcl]) -> Option<Cond> 
         c.complete(acls);
         c
     })
+}
+
+/// A proxy's `tcp-request content` rules, their named ACLs completed.
+fn content_rules(d: &ProxyDraft) -> Vec<ContentRule> {
+    d.tcp_content
+        .iter()
+        .map(|r| ContentRule {
+            action: r.action,
+            cond: complete(&r.cond, &d.acls),
+        })
+        .collect()
+}
+
+/// Points every `nbsrv`, `be_conn` and `fe_conn` at its proxy: the one its
+/// argument names, else the proxy the rule is in (a `listen` is both a
+/// frontend and a backend of one name). HAProxy's messages.
+fn resolve_proxy_args(
+    frontends: &mut [Frontend],
+    backends: &mut [Backend],
+    errors: &mut Vec<ConfigError>,
+) {
+    use super::acl::Fetch;
+    let fe_names: Vec<String> = frontends.iter().map(|f| f.name.clone()).collect();
+    let be_names: Vec<String> = backends.iter().map(|b| b.name.clone()).collect();
+    let mut one = |cond: &mut Cond, here: &str| {
+        for e in cond.exprs_mut() {
+            let (names, side, cap) = match e.fetch {
+                Fetch::FeConn => (&fe_names, "frontend", "frontend"),
+                Fetch::Nbsrv | Fetch::BeConn => (&be_names, "backend", "backend"),
+                _ => continue,
+            };
+            let kw = e.keyword;
+            let Some(px) = e.px.as_mut() else { continue };
+            let want = px.name.as_deref().unwrap_or(here);
+            match names.iter().position(|n| n == want) {
+                Some(i) => px.idx = i,
+                None => errors.push(ConfigError::Parse {
+                    at: px.at.clone(),
+                    msg: match &px.name {
+                        Some(n) => format!("unable to find {side} '{n}' referenced in arg 1 of ACL keyword '{kw}' in proxy '{here}'."),
+                        None => format!("proxy '{here}', referenced in arg 1 of ACL keyword '{kw}' in proxy '{here}', has not {cap} capability."),
+                    },
+                }),
+            }
+        }
+    };
+    for f in frontends.iter_mut() {
+        let here = f.name.clone();
+        let conds = f
+            .use_backend_conds
+            .iter_mut()
+            .flatten()
+            .chain(f.tcp_connection.iter_mut().filter_map(|r| r.cond.as_mut()))
+            .chain(f.tcp_content.iter_mut().filter_map(|r| r.cond.as_mut()));
+        for c in conds {
+            one(c, &here);
+        }
+    }
+    for b in backends.iter_mut() {
+        let here = b.name.clone();
+        for c in b.tcp_content.iter_mut().filter_map(|r| r.cond.as_mut()) {
+            one(c, &here);
+        }
+    }
 }
 
 /// Proxy ids count frontends, backends and listens together from 1, in
@@ -363,6 +435,7 @@ fn make_backend(d: &ProxyDraft, id: u32, errors: &mut Vec<ConfigError>) -> Backe
             log_health_checks: d.log_health_checks,
             hash_type: d.hash_type,
         },
+        tcp_content: content_rules(d),
     }
 }
 

@@ -203,6 +203,26 @@ impl BackendRt {
     }
 
     /// The server called `name`, if any.
+    /// `nbsrv`: the servers that may take traffic now, as HAProxy's
+    /// `be_usable_srv` counts them: the usable active ones; with none, the
+    /// usable backups under `option allbackups`, else one if any backup is
+    /// usable (only the first serves).
+    pub fn usable_servers(&self) -> usize {
+        let (mut act, mut bck) = (0, 0);
+        for s in self.servers.iter().filter(|s| s.usable()) {
+            if s.backup {
+                bck += 1;
+            } else {
+                act += 1;
+            }
+        }
+        match (act, self.allbackups) {
+            (0, true) => bck,
+            (0, false) => bck.min(1),
+            (n, _) => n,
+        }
+    }
+
     pub fn server_by_name(&self, name: &str) -> Option<&Arc<ServerRt>> {
         self.servers.iter().find(|s| s.name == name)
     }

@@ -48,7 +48,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
 
-use crate::config::{Config, MapSource};
+use crate::config::{Config, MapSource, NameMatch};
 
 pub use crate::config::mapfile::{
     key, load_file, net, parse_text, parse_text_as, split_entry, BadIpKey, FileEntry, IpNet,
@@ -484,15 +484,16 @@ impl Maps {
         t.lookup(ip).map(|e| e.target)
     }
 
-    /// Route lookup by TLS server name in string map `id`: exact (`map`) or by domain
-    /// suffix (`map_dom`). Same answers as [`Maps::route`]. Lock-free.
-    pub fn route_name(&self, id: usize, name: &str, dom: bool) -> Option<Option<usize>> {
+    /// Route lookup by TLS server name in string map `id`: exact (`map`), by domain
+    /// suffix (`map_dom`) or by prefix (`map_beg`). Same answers as [`Maps::route`].
+    /// Lock-free.
+    pub fn route_name(&self, id: usize, name: &str, how: NameMatch) -> Option<Option<usize>> {
         let map = self.maps.get(id)?;
         let t = map.current.load();
-        let hit = if dom {
-            t.lookup_dom(name)
-        } else {
-            t.lookup_str(name)
+        let hit = match how {
+            NameMatch::Dom => t.lookup_dom(name),
+            NameMatch::Exact => t.lookup_str(name),
+            NameMatch::Beg => t.lookup_beg(name),
         };
         hit.map(|e| e.target)
     }

@@ -287,20 +287,42 @@ impl Table {
     }
 
     /// `map_dom`: the entry whose string key is `name` or one of its dot-separated
-    /// suffixes, the longest first (`a.example.com`, `example.com`, `com`).
+    /// suffixes (`a.example.com`, `example.com`, `com`); of several, the first in
+    /// insertion order, as HAProxy's list match (a file holding `example.com` before
+    /// `api.example.com` sends `api.example.com` to the first).
     pub fn lookup_dom(&self, name: &str) -> Option<&Entry> {
         let name = name.to_ascii_lowercase();
         let mut rest = name.as_str();
+        let mut best: Option<&Entry> = None;
         for _ in 0..MAX_LABELS {
             if rest.is_empty() {
-                return None;
+                break;
             }
             if let Some(e) = self.get_exact(MapKey::Str(Arc::from(rest))) {
-                return Some(e);
+                if best.is_none_or(|b| e.seq < b.seq) {
+                    best = Some(e);
+                }
             }
-            rest = rest.split_once('.')?.1;
+            match rest.split_once('.') {
+                Some((_, r)) => rest = r,
+                None => break,
+            }
         }
-        None
+        best
+    }
+
+    /// `map_beg`: the entry whose string key `name` starts with (ASCII case
+    /// ignored), the first in insertion order, as HAProxy's list match. A walk
+    /// of every entry, without allocating: prefix maps are small.
+    pub fn lookup_beg(&self, name: &str) -> Option<&Entry> {
+        let name = name.as_bytes();
+        self.iter()
+            .map(|(_, e)| e)
+            .filter(|e| {
+                let k = e.key.as_bytes();
+                k.len() <= name.len() && name[..k.len()].eq_ignore_ascii_case(k)
+            })
+            .min_by_key(|e| e.seq)
     }
 
     /// `get map` lookup of a CLI value: an address for IP maps, a string for string

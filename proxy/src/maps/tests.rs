@@ -174,6 +174,7 @@ fn config_with_map(entries: &str) -> Config {
         log_global: false,
         line: Location::default(),
         opts: Default::default(),
+        tcp_content: Vec::new(),
     };
     Config {
         backends: vec![be("a"), be("b")],
@@ -275,6 +276,23 @@ fn deferred_changes_publish_on_publish_read_or_guard_drop() {
     // Without a guard every change is published at once.
     maps.add(m, "10.0.0.3", "a").unwrap();
     assert_eq!(maps.route(0, ip("10.0.0.3")), Some(Some(0)));
+}
+
+#[test]
+fn map_beg_takes_the_first_key_in_file_order_that_starts_the_name() {
+    let mut t = Table::new(MapKind::Str);
+    t.add(MapKey::string("api"), entry(0, "api", "first"));
+    t.add(MapKey::string("api.v2"), entry(1, "api.v2", "second"));
+    t.add(MapKey::string("db"), entry(2, "db", "db"));
+    let v = |e: Option<&Entry>| e.map(|e| e.value.to_string());
+    assert_eq!(
+        v(t.lookup_beg("api.v2.example")),
+        Some("first".into()),
+        "file order, not longest"
+    );
+    assert_eq!(v(t.lookup_beg("DB-1")), Some("db".into()));
+    assert_eq!(v(t.lookup_beg("ap")), None);
+    assert_eq!(v(t.lookup_beg("")), None);
 }
 
 #[test]

@@ -117,3 +117,18 @@ impl crate::log::Process for Runtime {
             .map_or(0, |c| c.scur())
     }
 }
+
+/// What `nbsrv`, `be_conn` and `fe_conn` read: the backends' server states
+/// and the proxies' session gauges. An index the configuration does not hold
+/// counts 0 (the parser resolved every index, so none reaches here).
+impl crate::config::acl::Counts for Runtime {
+    fn usable_servers(&self, be: usize) -> usize {
+        self.backends.get(be).map_or(0, |b| b.usable_servers())
+    }
+    fn backend_conns(&self, be: usize) -> usize {
+        self.stats.backends.get(be).map_or(0, |c| c.scur())
+    }
+    fn frontend_conns(&self, fe: usize) -> usize {
+        self.stats.frontends.get(fe).map_or(0, |c| c.scur())
+    }
+}

@@ -26,6 +26,8 @@ struct Shard {
     wretr: AtomicU64,
     wredis: AtomicU64,
     dcon: AtomicU64,
+    /// Requests denied by a `tcp-request content` rule.
+    dreq: AtomicU64,
     /// Sessions that ended on a client or server timeout.
     etimeout: AtomicU64,
     /// Sessions aborted by the client (reset) / by the server.
@@ -46,6 +48,8 @@ pub enum Event {
     Redispatch,
     /// A session was refused (queue full, no server, maxconn).
     Denied,
+    /// A request was denied by a `tcp-request content` rule (`dreq`).
+    DeniedReq,
     /// An error on the server side after connect (reset, error).
     RespError,
     Timeout,
@@ -66,6 +70,7 @@ pub struct Snapshot {
     pub wretr: u64,
     pub wredis: u64,
     pub dcon: u64,
+    pub dreq: u64,
     pub etimeout: u64,
     pub cli_abrt: u64,
     pub srv_abrt: u64,
@@ -110,6 +115,7 @@ impl Counters {
             Event::Retry => &s.wretr,
             Event::Redispatch => &s.wredis,
             Event::Denied => &s.dcon,
+            Event::DeniedReq => &s.dreq,
             Event::RespError => &s.eresp,
             Event::Timeout => &s.etimeout,
             Event::ClientAbort => &s.cli_abrt,
@@ -148,6 +154,7 @@ impl Counters {
                 &sh.wretr,
                 &sh.wredis,
                 &sh.dcon,
+                &sh.dreq,
                 &sh.etimeout,
                 &sh.cli_abrt,
                 &sh.srv_abrt,
@@ -178,6 +185,7 @@ impl Counters {
             s.wretr += g(&sh.wretr);
             s.wredis += g(&sh.wredis);
             s.dcon += g(&sh.dcon);
+            s.dreq += g(&sh.dreq);
             s.etimeout += g(&sh.etimeout);
             s.cli_abrt += g(&sh.cli_abrt);
             s.srv_abrt += g(&sh.srv_abrt);

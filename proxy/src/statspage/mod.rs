@@ -220,6 +220,8 @@ async fn handle(ctx: &Arc<Ctx>, conn: Conn, req: Request<Incoming>) -> Response<
             src: conn.peer,
             dst: conn.local,
             sni: None,
+            req: crate::config::acl::Request::NONE,
+            counts: &*ctx.state,
         })
     });
     match *req.method() {

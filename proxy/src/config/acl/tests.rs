@@ -2,6 +2,7 @@
 //! the boolean logic of conditions.
 
 use super::*;
+use crate::config::model::Location;
 
 fn words(s: &str) -> Vec<String> {
     s.split_whitespace().map(str::to_string).collect()
@@ -12,24 +13,28 @@ fn ctx<'a>(src: &str, dst: &str, sni: Option<&'a str>) -> AclCtx<'a> {
         src: src.parse().unwrap(),
         dst: Some(dst.parse().unwrap()),
         sni,
+        req: Request::NONE,
+        counts: &NoCounts,
     }
 }
 
 /// `expr` (FETCH [flags] PATTERNS) evaluated in `c`.
 fn m(expr: &str, c: &AclCtx<'_>) -> bool {
-    parse_expr(&words(expr)).unwrap().eval(c)
+    parse_expr(&words(expr), &Location::default())
+        .unwrap()
+        .eval(c)
 }
 
 fn acls(lines: &[&str]) -> Vec<NamedAcl> {
     let mut v = Vec::new();
     for l in lines {
-        parse_acl(&words(l), &mut v).unwrap();
+        parse_acl(&words(l), &mut v, &Location::default()).unwrap();
     }
     v
 }
 
 fn cond(s: &str, acls: &[NamedAcl]) -> Cond {
-    parse_cond(&words(s), acls).unwrap()
+    parse_cond(&words(s), acls, &Location::default()).unwrap()
 }
 
 #[test]
@@ -157,7 +162,7 @@ fn uses_sni_finds_payload_fetches() {
 fn errors_have_haproxy_wording() {
     let err = |l: &str| {
         let mut v = Vec::new();
-        parse_acl(&words(l), &mut v).unwrap_err()
+        parse_acl(&words(l), &mut v, &Location::default()).unwrap_err()
     };
     assert_eq!(
         err("acl bad bogus_fetch 1"),
@@ -201,11 +206,180 @@ fn errors_have_haproxy_wording() {
     );
     let a = acls(&["acl x src 1.1.1.1"]);
     assert_eq!(
-        parse_cond(&words("if x nosuch"), &a).unwrap_err(),
+        parse_cond(&words("if x nosuch"), &a, &Location::default()).unwrap_err(),
         "no such ACL : 'nosuch'"
     );
     assert_eq!(
-        parse_cond(&words("if { src 1.2.3.4"), &a).unwrap_err(),
+        parse_cond(&words("if { src 1.2.3.4"), &a, &Location::default()).unwrap_err(),
         "missing closing '}' in condition"
+    );
+}
+
+/// A request of `bytes`, with more to come when `more`.
+fn req_ctx<'a>(bytes: &'a [u8], more: bool, counts: &'a dyn Counts) -> AclCtx<'a> {
+    AclCtx {
+        req: Request {
+            bytes,
+            more,
+            ..Request::NONE
+        },
+        counts,
+        ..ctx("10.0.0.1:4000", "127.0.0.1:443", None)
+    }
+}
+
+fn test(expr: &str, c: &AclCtx<'_>) -> Verdict {
+    parse_expr(&words(expr), &Location::default())
+        .unwrap()
+        .test(c)
+}
+
+#[test]
+fn payload_fetches_wait_while_the_bytes_could_still_change_them() {
+    let n = NoCounts;
+    let short = req_ctx(b"AB", true, &n);
+    // Too few bytes for the block: undecided while more may come, then a miss.
+    assert_eq!(
+        test("req.payload(0,3) -m bin 414243", &short),
+        Verdict::Miss
+    );
+    assert_eq!(
+        test("req.payload(0,3) -m bin 414243", &req_ctx(b"AB", false, &n)),
+        Verdict::Fail
+    );
+    let full = req_ctx(b"ABCD", true, &n);
+    assert_eq!(test("req.payload(0,3) -m bin 414243", &full), Verdict::Pass);
+    // A complete block that does not match is final.
+    assert_eq!(test("req.payload(1,2) -m bin 4142", &full), Verdict::Fail);
+    assert_eq!(test("req.payload(1,2) -m str BC", &full), Verdict::Pass);
+    assert_eq!(test("req.payload(0,0) -m sub CD", &full), Verdict::Pass);
+    assert_eq!(
+        test("req.payload(0,0) -m sub XY", &full),
+        Verdict::Miss,
+        "length 0 takes what is there, which may grow"
+    );
+    // `req.len`: a match is final even with more to come; a non-match waits.
+    assert_eq!(test("req.len ge 4", &full), Verdict::Pass);
+    assert_eq!(test("req.len gt 10", &full), Verdict::Miss);
+    assert_eq!(
+        test("req.len 10:20", &req_ctx(b"ABCD", false, &n)),
+        Verdict::Fail
+    );
+    assert_eq!(test("req_len 2", &short), Verdict::Pass);
+    // `req.payload_lv`: a 1-byte length (3) at 0, the block just after it.
+    let lv = req_ctx(b"\x03abcZ", true, &n);
+    assert_eq!(test("req.payload_lv(0,1) -m str abc", &lv), Verdict::Pass);
+    assert_eq!(test("req.payload_lv(0,1,2) -m str bcZ", &lv), Verdict::Pass);
+    assert_eq!(
+        test(
+            "req.payload_lv(0,1) -m str abc",
+            &req_ctx(b"\x03ab", true, &n)
+        ),
+        Verdict::Miss
+    );
+}
+
+#[test]
+fn tls_fetches_and_dotted_versions() {
+    let n = NoCounts;
+    let mut c = req_ctx(b"", true, &n);
+    c.req.hello_type = Probe::Found(1);
+    c.req.ssl_ver = Probe::Found((3 << 16) | 3);
+    assert_eq!(test("req.ssl_hello_type 1", &c), Verdict::Pass);
+    assert_eq!(test("req_ssl_hello_type 2", &c), Verdict::Fail);
+    assert_eq!(test("req.ssl_ver 3.3", &c), Verdict::Pass);
+    assert_eq!(test("req.ssl_ver ge 3.1", &c), Verdict::Pass);
+    assert_eq!(test("req_ssl_ver 3:3.1", &c), Verdict::Fail);
+    assert_eq!(test("req.ssl_ver gt 3", &c), Verdict::Pass, "3 is 3.0");
+    c.req.hello_type = Probe::Pending;
+    assert_eq!(test("req.ssl_hello_type 1", &c), Verdict::Miss);
+    c.req.more = false;
+    assert_eq!(test("req.ssl_hello_type 1", &c), Verdict::Fail);
+    c.req.hello_type = Probe::Absent;
+    c.req.more = true;
+    assert_eq!(
+        test("req.ssl_hello_type 1", &c),
+        Verdict::Fail,
+        "not TLS: final at once"
+    );
+    // SNI: pending while the hello is incomplete.
+    c.req.sni_pending = true;
+    assert_eq!(test("req.ssl_sni -m found", &c), Verdict::Miss);
+}
+
+#[test]
+fn conditions_combine_three_valued_results_as_haproxy() {
+    let n = NoCounts;
+    let c = req_ctx(b"AB", true, &n);
+    let a = acls(&[
+        "acl short req.len lt 3",
+        "acl long req.len gt 10",
+        "acl lo src 10.0.0.0/8",
+    ]);
+    assert_eq!(cond("if long", &a).applies(&c), None, "a miss waits");
+    assert_eq!(
+        cond("unless long", &a).applies(&c),
+        None,
+        "unless does not turn a miss"
+    );
+    assert_eq!(cond("if !long", &a).applies(&c), None);
+    assert_eq!(
+        cond("if long || lo", &a).applies(&c),
+        Some(true),
+        "a pass decides an OR"
+    );
+    assert_eq!(
+        cond("if long !lo", &a).applies(&c),
+        Some(false),
+        "a fail decides an AND"
+    );
+    assert_eq!(cond("if short", &a).applies(&c), Some(true));
+}
+
+/// Fixed counts: backend 1 has 2 usable servers and 5 sessions, frontend 0
+/// holds 7.
+struct Fixed;
+
+impl Counts for Fixed {
+    fn usable_servers(&self, be: usize) -> usize {
+        if be == 1 {
+            2
+        } else {
+            0
+        }
+    }
+    fn backend_conns(&self, be: usize) -> usize {
+        if be == 1 {
+            5
+        } else {
+            0
+        }
+    }
+    fn frontend_conns(&self, _: usize) -> usize {
+        7
+    }
+}
+
+#[test]
+fn proxy_state_fetches_read_the_proxy_their_argument_names() {
+    let f = Fixed;
+    let c = req_ctx(b"", false, &f);
+    let mut e = parse_expr(&words("nbsrv(be1) ge 2"), &Location::default()).unwrap();
+    assert_eq!(e.px.as_ref().and_then(|p| p.name.as_deref()), Some("be1"));
+    assert!(!e.eval(&c), "index 0 until resolved");
+    if let Some(p) = e.px.as_mut() {
+        p.idx = 1;
+    }
+    assert!(e.eval(&c));
+    let mut e = parse_expr(&words("be_conn gt 4"), &Location::default()).unwrap();
+    assert_eq!(e.px.as_ref().map(|p| p.name.clone()), Some(None));
+    if let Some(p) = e.px.as_mut() {
+        p.idx = 1;
+    }
+    assert!(e.eval(&c));
+    assert!(m("fe_conn 7", &c));
+    assert_eq!(
+        parse_expr(&words("req.len(1) 3"), &Location::default()).unwrap_err(),
+        "fetch method 'req.len' : no argument supported, but got '1' in ACL expression 'req.len(1)'"
     );
 }

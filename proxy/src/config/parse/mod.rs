@@ -39,6 +39,8 @@ use super::ConfigError;
 use super::{acl, addr, model, units};
 
 pub use global::GlobalDraft;
+#[cfg(test)]
+pub use proxy::parse_use_backend;
 pub use proxy::{Kind, ProxyDraft, UseBackendDraft};
 
 /// Upper bound for any `maxconn`: far above what one host can hold, low

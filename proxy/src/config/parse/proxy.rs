@@ -91,6 +91,8 @@ pub struct ProxyDraft {
     pub acls: Vec<NamedAcl>,
     /// `tcp-request connection` rules, in order.
     pub tcp_connection: Vec<TcpConnRule>,
+    /// `tcp-request content` rules, in order.
+    pub tcp_content: Vec<ContentRule>,
     /// Each address of each `bind` line, with that line's options.
     pub binds: Vec<(SocketAddr, BindOpts, Location)>,
     pub servers: Vec<ServerDraft>,
@@ -151,6 +153,7 @@ impl ProxyDraft {
             use_backends: Vec::new(),
             acls: Vec::new(),
             tcp_connection: Vec::new(),
+            tcp_content: Vec::new(),
             binds: Vec::new(),
             servers: Vec::new(),
             default_server: ServerOpts::default(),
@@ -183,44 +186,91 @@ pub enum UseBackendDraft {
         path: String,
         default: Option<String>,
     },
-    /// `%[req.ssl_sni,map(PATH[,DEFAULT])]` or, with `dom`, `map_dom(…)`.
+    /// `%[req.ssl_sni[,lower|upper],map|map_str|map_dom|map_beg(PATH[,DEFAULT])]`.
     SniMap {
         path: String,
         default: Option<String>,
-        dom: bool,
+        how: NameMatch,
     },
 }
 
-/// The log-format expressions shunt evaluates for a backend name: prefix, converter
-/// name, and the draft kind (`None` = `map_ip`, `Some(dom)` = SNI `map`/`map_dom`).
-/// `lower,` is accepted before the SNI converters because names are compared in
-/// lower case anyway.
-const DYNAMIC_NAMES: &[(&str, &str, Option<bool>)] = &[
-    ("%[src,map_ip(", "map_ip", None),
-    ("%[req.ssl_sni,map(", "map", Some(false)),
-    ("%[req.ssl_sni,map_dom(", "map_dom", Some(true)),
-    ("%[req.ssl_sni,lower,map(", "map", Some(false)),
-    ("%[req.ssl_sni,lower,map_dom(", "map_dom", Some(true)),
-];
+/// The fetches a dynamic backend name may start with, and whether each is
+/// the TLS server name (else the client address).
+const NAME_FETCHES: &[(&str, bool)] =
+    &[("src", false), ("req.ssl_sni", true), ("req_ssl_sni", true)];
 
-/// Parse a `use_backend` argument: a plain name, `%[src,map_ip(FILE[,DEFAULT])]`,
-/// `%[req.ssl_sni,map(FILE[,DEFAULT])]` or `%[req.ssl_sni,map_dom(FILE[,DEFAULT])]`.
+/// Case converters allowed between the server name and its map: shunt's string
+/// maps compare in ASCII lower case, so either leaves the lookup as it was.
+const CASE_CONVERTERS: &[&str] = &["lower", "upper"];
+
+/// One link of a sample expression: a name and its parenthesised arguments.
+fn chain(expr: &str) -> Option<Vec<(&str, Option<&str>)>> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while !rest.is_empty() {
+        let end = rest.find(['(', ',']).unwrap_or(rest.len());
+        let name = &rest[..end];
+        rest = &rest[end..];
+        let mut args = None;
+        if let Some(r) = rest.strip_prefix('(') {
+            let close = r.find(')')?;
+            args = Some(&r[..close]);
+            rest = &r[close + 1..];
+        }
+        if name.is_empty() {
+            return None;
+        }
+        out.push((name, args));
+        match rest.strip_prefix(',') {
+            Some(r) if !r.is_empty() => rest = r,
+            Some(_) => return None,
+            None if rest.is_empty() => {}
+            None => return None,
+        }
+    }
+    Some(out)
+}
+
+/// Parse a `use_backend` argument: a plain name, or `%[FETCH,...,MAP(FILE[,DEFAULT])]`
+/// with FETCH `src` and MAP `map_ip`, or FETCH `req.ssl_sni` (or `req_ssl_sni`), any
+/// `lower`/`upper`, and MAP `map`, `map_str`, `map_dom` or `map_beg`.
 pub fn parse_use_backend(arg: &str) -> Result<UseBackendDraft, String> {
     if !arg.contains("%[") {
         return Ok(UseBackendDraft::Name(arg.to_string()));
     }
     let unsupported = || {
         format!(
-            "'use_backend' : unsupported dynamic backend name '{arg}' (shunt supports only '%[src,map_ip(<file>[,<default>])]', '%[req.ssl_sni,map(<file>[,<default>])]' and '%[req.ssl_sni,map_dom(<file>[,<default>])]')."
+            "'use_backend' : unsupported dynamic backend name '{arg}' (shunt supports only '%[src,map_ip(<file>[,<default>])]' and '%[req.ssl_sni[,lower|upper],map|map_str|map_dom|map_beg(<file>[,<default>])]')."
         )
     };
-    let (inner, conv, sni) = DYNAMIC_NAMES
-        .iter()
-        .find_map(|(prefix, conv, sni)| {
-            let inner = arg.strip_prefix(prefix)?.strip_suffix(")]")?;
-            Some((inner, *conv, *sni))
-        })
+    let links = arg
+        .strip_prefix("%[")
+        .and_then(|r| r.strip_suffix(']'))
+        .and_then(chain)
         .ok_or_else(unsupported)?;
+    let (Some(&(fetch, None)), Some(&(conv, Some(inner)))) = (links.first(), links.last()) else {
+        return Err(unsupported());
+    };
+    let sni = NAME_FETCHES
+        .iter()
+        .find(|(f, _)| *f == fetch)
+        .map(|(_, sni)| *sni)
+        .ok_or_else(unsupported)?;
+    let middle = &links[1..links.len() - 1];
+    if links.len() < 2
+        || middle
+            .iter()
+            .any(|(c, a)| !sni || a.is_some() || !CASE_CONVERTERS.contains(c))
+    {
+        return Err(unsupported());
+    }
+    let how = match (sni, conv) {
+        (false, "map_ip") => None,
+        (true, "map" | "map_str") => Some(NameMatch::Exact),
+        (true, "map_dom") => Some(NameMatch::Dom),
+        (true, "map_beg") => Some(NameMatch::Beg),
+        _ => return Err(unsupported()),
+    };
     let (path, default) = match inner.split_once(',') {
         Some((p, d)) => (p, Some(d)),
         None => (inner, None),
@@ -230,17 +280,14 @@ pub fn parse_use_backend(arg: &str) -> Result<UseBackendDraft, String> {
             "'use_backend' : converter '{conv}' : missing map file name."
         ));
     }
-    if default.is_some_and(|d| d.is_empty() || d.contains([',', '(', ')', '[', ']'])) {
-        return Err(unsupported());
-    }
-    if path.contains(['(', ')', '[', ']']) {
+    if default.is_some_and(|d| d.is_empty() || d.contains(',')) {
         return Err(unsupported());
     }
     let path = path.to_string();
     let default = default.map(str::to_string);
-    Ok(match sni {
+    Ok(match how {
         None => UseBackendDraft::SrcMap { path, default },
-        Some(dom) => UseBackendDraft::SniMap { path, default, dom },
+        Some(how) => UseBackendDraft::SniMap { path, default, how },
     })
 }
 
@@ -291,9 +338,9 @@ pub const PROXY: &[Keyword<ProxyDraft>] = &[
     Keyword::new(&["server"],                       BE,     Args::Required, server::server),
     Keyword::new(&["default-server"],               DEF_BE, Args::Any,      server::default_server),
     Keyword::new(&["timeout"],                      ALL,    Args::Required, timeout),
-    Keyword::new(&["tcp-request"],                  DEF_FE, Args::Required, tcp_request::other),
-    Keyword::new(&["tcp-request", "inspect-delay"], DEF_FE, Args::Required, tcp_request::inspect_delay),
-    Keyword::new(&["tcp-request", "content"],       DEF_FE, Args::Required, tcp_request::content),
+    Keyword::new(&["tcp-request"],                  ALL,    Args::Required, tcp_request::other),
+    Keyword::new(&["tcp-request", "inspect-delay"], ALL,    Args::Required, tcp_request::inspect_delay),
+    Keyword::new(&["tcp-request", "content"],       ALL,    Args::Required, tcp_request::content),
     Keyword::new(&["tcp-request", "connection"],    FE,     Args::Required, tcp_request::connection),
     Keyword::new(&["acl"],                          FE_BE,  Args::Required, acl_line),
     Keyword::new(&["retries"],                      DEF_BE, Args::Required, retries),
@@ -457,7 +504,7 @@ fn use_backend(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
             ))
         }
         Some(_) => Some(
-            acl::parse_cond(&l.args[2..], &d.acls)
+            acl::parse_cond(&l.args[2..], &d.acls, l.loc)
                 .map_err(|e| format!("error detected while parsing switching rule : {e}."))?,
         ),
     };
@@ -468,7 +515,7 @@ fn use_backend(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
 
 /// `acl NAME FETCH [flags] PATTERN...`.
 fn acl_line(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
-    acl::parse_acl(l.args, &mut d.acls)
+    acl::parse_acl(l.args, &mut d.acls, l.loc)
 }
 
 fn maxconn(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {

@@ -91,7 +91,7 @@ pub fn stats(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
                         .to_string(),
                 );
             }
-            let cond = acl::parse_cond(&args[2..], &d.acls)
+            let cond = acl::parse_cond(&args[2..], &d.acls, l.loc)
                 .map_err(|e| format!("error detected while parsing a 'stats admin' rule : {e}."))?;
             // HAProxy keeps the first rule that matches; shunt has one: refuse a second.
             if page.admin.is_some() {

@@ -1,20 +1,13 @@
 //! `tcp-request` lines of proxy sections: `inspect-delay`, `connection
-//! accept|reject|expect-proxy layer4 [if|unless COND]`, and the one `content`
-//! rule shunt accepts; everything else is refused with a reason.
+//! accept|reject|expect-proxy layer4 [if|unless COND]` and `content
+//! accept|reject [if|unless COND]`; everything else is refused with a reason.
 
 use super::acl::{self, Fetch};
-use super::model::{TcpConnAction, TcpConnRule};
+use super::model::{ContentAction, ContentRule, TcpConnAction, TcpConnRule};
 use super::no_extra;
+use super::proxy::Kind;
 use super::units::parse_time;
 use super::{Line, ProxyDraft};
-
-/// The one `tcp-request content` rule shunt accepts, as the words the lexer yields:
-/// the TLS wait idiom HAProxy configurations carry next to SNI routing. shunt's SNI
-/// rules already wait (up to `inspect-delay`) for a ClientHello, so it is a no-op.
-const ACCEPT_HELLO: &[&[&str]] = &[
-    &["accept", "if", "{", "req_ssl_hello_type", "1", "}"],
-    &["accept", "if", "{", "req.ssl_hello_type", "1", "}"],
-];
 
 /// `tcp-request inspect-delay <time>`.
 pub fn inspect_delay(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
@@ -27,23 +20,63 @@ pub fn inspect_delay(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String>
     Ok(())
 }
 
-/// `tcp-request content accept if { req_ssl_hello_type 1 }`, a no-op.
+/// `tcp-request content accept|reject [if|unless COND]` (frontend, listen,
+/// backend). Refused in `defaults`: HAProxy forbids it in an anonymous one,
+/// and shunt does not inherit rules from a named one.
 pub fn content(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
-    let rest: Vec<&str> = l.args[2..].iter().map(String::as_str).collect();
-    if ACCEPT_HELLO.contains(&rest.as_slice()) {
-        return Ok(());
+    if d.kind == Kind::Defaults {
+        return Err(if d.name.is_empty() {
+            "tcp-request content is not allowed in anonymous 'defaults' sections".to_string()
+        } else {
+            "'tcp-request content' in a 'defaults' section is not supported by shunt (write the rules in the proxies)".to_string()
+        });
     }
-    if rest.first() == Some(&"expect-proxy") {
-        return Err(format!(
-            "'expect-proxy layer4' is not allowed in 'tcp-request content' rules in {} '{}'",
-            d.kind.type_str(),
-            d.name
+    let action = match l.arg(2) {
+        Some("accept") => ContentAction::Accept,
+        Some("reject") => ContentAction::Reject,
+        Some("expect-proxy") => {
+            return Err(format!(
+                "'expect-proxy layer4' is not allowed in 'tcp-request content' rules in {} '{}'",
+                d.kind.type_str(),
+                d.name
+            ))
+        }
+        got => {
+            return Err(format!(
+                "'tcp-request content' expects 'accept' or 'reject' in {} '{}' (got '{}'; shunt supports no other action).",
+                d.kind.type_str(),
+                d.name,
+                got.unwrap_or("")
+            ))
+        }
+    };
+    let act = l.args[2].as_str();
+    let cond = match l.arg(3) {
+        None => None,
+        Some("if" | "unless") => Some(acl::parse_cond(&l.args[3..], &d.acls, l.loc).map_err(|e| {
+            format!(
+                "'tcp-request content {act}' : error detected in {} '{}' while parsing '{}' condition : {e}",
+                d.kind.type_str(),
+                d.name,
+                l.args[3]
+            )
+        })?),
+        Some(w) => {
+            return Err(format!(
+                "'tcp-request content {act}' only accepts 'if' or 'unless', in {} '{}' (got '{w}')",
+                d.kind.type_str(),
+                d.name
+            ))
+        }
+    };
+    if d.kind.fe() && !d.use_backends.is_empty() {
+        l.warnings.push(format!(
+            "parsing [{}] : a 'tcp-request' rule placed after a 'use_backend' rule will still be processed before.",
+            l.loc
         ));
     }
-    Err(format!(
-        "'tcp-request content {}' is not supported by shunt yet (only 'tcp-request content accept if {{ req_ssl_hello_type 1 }}' is accepted; ACLs come later).",
-        rest.join(" ")
-    ))
+    d.tcp_content.push(ContentRule { action, cond });
+    Ok(())
 }
 
 /// `tcp-request connection accept|reject|expect-proxy layer4 [if|unless
@@ -78,7 +111,7 @@ pub fn connection(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     let act = l.args[2].as_str();
     let cond = match l.arg(at) {
         None => None,
-        Some("if" | "unless") => Some(acl::parse_cond(&l.args[at..], &d.acls).map_err(|e| {
+        Some("if" | "unless") => Some(acl::parse_cond(&l.args[at..], &d.acls, l.loc).map_err(|e| {
             format!(
                 "'tcp-request connection {act}' : error detected in frontend '{}' while parsing '{}' condition : {e}",
                 d.name, l.args[at]
@@ -98,7 +131,10 @@ pub fn connection(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
             l.loc
         ));
     }
-    if let Some((t, e)) = cond.as_ref().and_then(|c| c.first_fetch(Fetch::SslSni)) {
+    if let Some((t, e)) = cond
+        .as_ref()
+        .and_then(|c| c.first_fetch(Fetch::reads_content))
+    {
         let why = match &t.name {
             Some(n) => format!("acl '{n}' will never match in 'tcp-request connection' because it only involves keywords that are"),
             None => format!("anonymous acl will never match in 'tcp-request connection' because it uses keyword '{}' which is", e.keyword),
