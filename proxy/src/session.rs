@@ -1,7 +1,8 @@
-//! One flow, top to bottom: accept → `tcp-request connection` rules → the
-//! PROXY header (`accept-proxy`, `expect-proxy`) → route → pick a server
-//! (queue) → connect (retries, redispatch; `send-proxy` writes the header) →
-//! hand off → account → close.
+//! One flow, top to bottom: accept → `tcp-request connection` rules (with
+//! `track-sc*`) → the PROXY header (`accept-proxy`, `expect-proxy`) → route
+//! → `stick` rules → pick a server (queue) → connect (retries, redispatch;
+//! `send-proxy` writes the header) → stick stores → hand off → account →
+//! close.
 //!
 //! The client's address is `peer` and the address it reached `dst`, both
 //! taken once, after the PROXY header if one is read; from then on every
@@ -10,8 +11,9 @@
 //!
 //! Owns nothing beyond the flow's lifetime: the client socket, the server slot
 //! and connection, and the gauges it opened (`scur` on frontend, backend and
-//! server), all released by guards so every exit path, including the future
-//! being dropped at hard stop, leaves counters and queues consistent.
+//! server) and the stick-table entries it tracks (`stick::Tracker`), all
+//! released by guards so every exit path, including the future being
+//! dropped at hard stop, leaves counters, queues and tables consistent.
 
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
@@ -22,7 +24,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::config::{
-    AclCtx, Backend, ForwardMode, Frontend, ProxyVersion, TcpConnAction, UseBackend,
+    AclCtx, Backend, ForwardMode, Frontend, KeyFetch, ProxyVersion, StickCtx, TcpConnAction,
+    TrackSc, UseBackend,
 };
 use crate::handoff::{self, End, Meter, Mode, Plan, Promote};
 use crate::lb::spares::{ConnectError, ConnectOpts};
@@ -32,6 +35,7 @@ use crate::log::FlowGuard;
 use crate::proxy_proto::{self, Encoded, ParseError};
 use crate::runtime::Runtime;
 use crate::stats::{flows, Counters, Event};
+use crate::stick::{Key, Tracker};
 
 /// Upper bound on HAProxy's turn-around delay between two connection attempts.
 const RETRY_TURNAROUND_MAX: Duration = Duration::from_secs(1);
@@ -108,6 +112,7 @@ async fn route(
     peer: SocketAddr,
     dst: Option<SocketAddr>,
     client: &TcpStream,
+    stick: &dyn StickCtx,
 ) -> Option<usize> {
     // Outer `None`: not peeked yet.
     let mut sni: Option<Option<String>> = None;
@@ -123,6 +128,7 @@ async fn route(
                 src: peer,
                 dst,
                 sni: name,
+                stick: Some(stick),
             };
             if !c.eval(&ctx) {
                 continue;
@@ -155,24 +161,127 @@ async fn route(
 /// `accept` or `reject` whose condition holds ends the rules; `expect-proxy`
 /// marks the connection and the rules go on. All of them run before the
 /// header is read, so they see the real addresses. Nothing has been read
-/// yet, so a `req.ssl_sni` term sees no name (the parser warned).
-fn connection_rules(fe: &Frontend, peer: SocketAddr, dst: Option<SocketAddr>) -> Option<bool> {
-    let ctx = AclCtx {
-        src: peer,
-        dst,
-        sni: None,
-    };
+/// yet, so a `req.ssl_sni` term sees no name (the parser warned). A
+/// `track-scN` rule tracks in `tracker`, and the rules after it see the
+/// counters ([`track`]).
+fn connection_rules(
+    fe: &Frontend,
+    peer: SocketAddr,
+    dst: Option<SocketAddr>,
+    tracker: &mut Tracker<'_>,
+) -> Option<bool> {
     let mut expect_proxy = false;
     for rule in &fe.tcp_connection {
-        if rule.cond.as_ref().is_none_or(|c| c.eval(&ctx)) {
-            match rule.action {
+        let holds = rule.cond.as_ref().is_none_or(|c| {
+            c.eval(&AclCtx {
+                src: peer,
+                dst,
+                sni: None,
+                stick: Some(&*tracker),
+            })
+        });
+        if holds {
+            match &rule.action {
                 TcpConnAction::Accept => break,
                 TcpConnAction::Reject => return None,
                 TcpConnAction::ExpectProxy => expect_proxy = true,
+                TcpConnAction::TrackSc(t) => track(tracker, t, peer, dst),
             }
         }
     }
     Some(expect_proxy)
+}
+
+/// `track-scN KEY [table T]`: counter N tracks the key's entry (created,
+/// or evicting the oldest untracked one when full), counting the
+/// connection in its `conn_*`. A key that cannot be made (no `dst`, an
+/// IPv6 client in an `ip` table) tracks nothing, as HAProxy's failed fetch.
+fn track(tracker: &mut Tracker<'_>, t: &TrackSc, peer: SocketAddr, dst: Option<SocketAddr>) {
+    let ip = match t.key {
+        KeyFetch::Src => peer.ip(),
+        KeyFetch::Dst => match dst {
+            Some(d) => d.ip(),
+            None => return,
+        },
+    };
+    tracker.track(t.sc, t.table.index, ip);
+}
+
+/// The most `stick store-request` keys one flow stores (HAProxy's
+/// `MAX_SESS_STKCTR`-sized `store[]`): a backend with more store rules
+/// stores the first ones.
+const MAX_STICK_STORES: usize = 8;
+
+/// What a backend's `stick` rules decided before the pick: the server a
+/// `stick match` found (by index in the backend), and the keys to store
+/// once the flow has its server.
+struct Sticking {
+    server: Option<usize>,
+    stores: [Option<(usize, Key)>; MAX_STICK_STORES],
+}
+
+/// The backend's `stick` rules in order, as HAProxy's
+/// `process_sticking_rules`: the first `match` that finds a server id of
+/// this backend decides the server; every `store` whose condition holds
+/// queues its key. No allocation for an IP key.
+fn stick_rules(
+    state: &Runtime,
+    be: &Backend,
+    peer: SocketAddr,
+    dst: Option<SocketAddr>,
+    stick: &dyn StickCtx,
+) -> Sticking {
+    let mut out = Sticking {
+        server: None,
+        stores: std::array::from_fn(|_| None),
+    };
+    let now = state.tables.now_ms();
+    let mut n = 0;
+    for rule in &be.stick {
+        let ctx = AclCtx {
+            src: peer,
+            dst,
+            sni: None,
+            stick: Some(stick),
+        };
+        if !rule.cond.as_ref().is_none_or(|c| c.eval(&ctx)) {
+            continue;
+        }
+        let Some(table) = state.tables.get(rule.table.index) else {
+            continue;
+        };
+        let ip = match rule.key {
+            KeyFetch::Src => peer.ip(),
+            KeyFetch::Dst => match dst {
+                Some(d) => d.ip(),
+                None => continue,
+            },
+        };
+        let Some(key) = Key::of_addr(table.spec().key, ip) else {
+            continue;
+        };
+        if rule.kind.matches() && out.server.is_none() {
+            out.server = table
+                .server_of(&key, now)
+                .and_then(|id| be.servers.iter().position(|s| i64::from(s.id) == i64::from(id)));
+        }
+        if rule.kind.stores() && n < MAX_STICK_STORES {
+            out.stores[n] = Some((rule.table.index, key));
+            n += 1;
+        }
+    }
+    out
+}
+
+/// The flow has its server: every queued store key now points at it.
+fn stick_store(state: &Runtime, sticking: &Sticking, server: &crate::lb::ServerRt) {
+    let now = state.tables.now_ms();
+    let id = i32::try_from(server.id).unwrap_or(i32::MAX);
+    for (t, key) in sticking.stores.iter().flatten() {
+        if let Some(table) = state.tables.get(*t) {
+            table.store_server(key, now, id, &server.name);
+        }
+    }
 }
 
 /// Bytes peeked for a PROXY header. HAProxy reads the header from one buffer
@@ -457,7 +566,9 @@ pub async fn run(
     let fe_ctr = &state.stats.frontends[fe_idx];
     let accepted = SystemTime::now();
     let mut dst = client.local_addr().ok();
-    let Some(expect_proxy) = connection_rules(fe, peer, dst) else {
+    // Released (conn_cur, bytes) when the flow ends, whatever the path.
+    let mut tracker = Tracker::new(&state.tables);
+    let Some(expect_proxy) = connection_rules(fe, peer, dst, &mut tracker) else {
         // As HAProxy: counted in the frontend's denied connections, never a
         // session, never logged; dropping the socket closes it.
         tracing::debug!(frontend = %fe.name, %peer, "rejected by tcp-request connection");
@@ -492,6 +603,7 @@ pub async fn run(
     // gauges so that it drops last (HAProxy's end-of-flow counts).
     let mut log = FlowGuard::accepted_at(&state, fe_idx, peer, dst, accepted);
     fe_ctr.event(Event::Session);
+    tracker.session();
     let _fe_open = Open::new(fe_ctr);
     if fe.clitcpka {
         // `option clitcpka`: a failure only loses the probes, not the flow.
@@ -500,7 +612,7 @@ pub async fn run(
         }
     }
 
-    let Some(be_idx) = route(&state, fe, peer, dst, &client).await else {
+    let Some(be_idx) = route(&state, fe, peer, dst, &client, &tracker).await else {
         tracing::debug!(frontend = %fe.name, %peer, "no backend to route to; closing");
         fe_ctr.event(Event::Denied);
         log.end_at(Cause::Proxy, LogPhase::Request);
@@ -518,6 +630,7 @@ pub async fn run(
     // `retries` further attempts on the same server, after a failure the error
     // calls retryable (`ConnectError::retryable`: all but an internal one); the
     // last one goes elsewhere when `option redispatch` is set.
+    let sticking = stick_rules(&state, be, peer, dst, &tracker);
     let mut exclude = None;
     let mut attempts_left = be.retries;
     let mut slot = None;
@@ -525,7 +638,10 @@ pub async fn run(
     while server.is_none() {
         let s = match slot.take() {
             Some(s) => s,
-            None => match be_rt.acquire(peer, exclude, be.timeouts.queue).await {
+            None => match be_rt
+                .acquire_sticky(peer, sticking.server, exclude, be.timeouts.queue)
+                .await
+            {
                 Ok(s) => s,
                 Err(e) => {
                     match e {
@@ -608,6 +724,7 @@ pub async fn run(
         return;
     };
     let srv_idx = slot.index();
+    stick_store(&state, &sticking, slot.server());
     let srv_ctr = &state.stats.servers[be_idx][srv_idx];
     let _srv_open = Open::new(srv_ctr);
     // Counts in the pool's sizing (`used_cur`) while the flow runs.
@@ -654,6 +771,7 @@ pub async fn run(
         Some(&mut log),
         Some([fe_ctr, be_ctr, srv_ctr]),
     );
+    tracker.set_bytes(out.to_server, out.to_client);
     tracing::debug!(
         frontend = %fe.name, backend = %be.name, server = %slot.server().name, %peer,
         to_server = out.to_server, to_client = out.to_client, mode = ?out.mode, end = ?out.end,

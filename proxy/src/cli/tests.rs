@@ -66,6 +66,7 @@ fn reference_config(fe_bind: SocketAddr, s_ports: [u16; 2]) -> Config {
             use_backends: vec![],
             use_backend_conds: vec![],
             tcp_connection: vec![],
+            uses_tables: false,
             maxconn: 0,
             timeouts: Timeouts::default(),
             splice: Default::default(),
@@ -91,8 +92,10 @@ fn reference_config(fe_bind: SocketAddr, s_ports: [u16; 2]) -> Config {
             log_global: false,
             line: Location::default(),
             opts: BackendOpts::default(),
+            stick: vec![],
         }],
         maps: vec![],
+        tables: vec![],
     }
 }
 

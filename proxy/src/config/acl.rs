@@ -2,15 +2,19 @@
 //! rules, parsed and compiled once at load into a small immutable tree.
 //!
 //! Owns the fetches shunt knows in tcp mode (`src`, `src_port`, `dst`,
-//! `dst_port`, `req.ssl_sni`/`req_ssl_sni`, `always_true`, `always_false`),
+//! `dst_port`, `req.ssl_sni`/`req_ssl_sni`, `always_true`, `always_false`,
+//! and the stick-table counters `scN_*`, `sc_*(N)`, `src_*([table])`),
 //! the match methods (`-m str|beg|end|sub|reg|ip|int|found`, `-i`), pattern
 //! files (`-f`), and the condition grammar (`!`, `||`/`or`, implicit AND,
 //! named ACLs, anonymous `{ ... }` blocks). Errors are HAProxy 2.6's wording
 //! without the `parsing [file:line] :` prefix, which the caller adds.
 //!
-//! Invariants: evaluation ([`Cond::eval`], [`Expr::eval`]) is pure and never
-//! allocates: patterns are pre-parsed (networks, integer ranges, lowercased
-//! strings for `-i`, compiled regexes). A condition may name only an ACL
+//! Invariants: evaluation ([`Cond::eval`], [`Expr::eval`]) never allocates:
+//! patterns are pre-parsed (networks, integer ranges, lowercased strings for
+//! `-i`, compiled regexes). It is pure but for `scN_inc_gpc0`/`clr_gpc0`,
+//! which change the tracked entry through the context's [`StickCtx`], as
+//! HAProxy's do; the tables themselves are the runtime's, reached only
+//! through that trait (config imports nothing). A condition may name only an ACL
 //! declared before it (as HAProxy), and once the proxy is parsed holds a copy
 //! of all that ACL's declarations ([`Cond::complete`]).
 
@@ -20,13 +24,72 @@ use super::mapfile::IpNet;
 
 /// What a condition is evaluated against: the flow's addresses and, once
 /// peeked, the TLS server name.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct AclCtx<'a> {
     pub src: SocketAddr,
     /// The local address the client reached; `None` when unknown.
     pub dst: Option<SocketAddr>,
     /// The ClientHello's server name; `None` when absent or not peeked.
     pub sni: Option<&'a str>,
+    /// The flow's tracked counters and the stick tables; `None` where the
+    /// proxy uses none (every stick fetch then fails).
+    pub stick: Option<&'a dyn StickCtx>,
+}
+
+impl std::fmt::Debug for AclCtx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AclCtx")
+            .field("src", &self.src)
+            .field("dst", &self.dst)
+            .field("sni", &self.sni)
+            .field("stick", &self.stick.is_some())
+            .finish()
+    }
+}
+
+/// What a stick fetch reads (or, for `inc_gpc0`/`clr_gpc0`, changes) in an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StickFetch {
+    ConnCnt,
+    ConnCur,
+    ConnRate,
+    SessCnt,
+    SessRate,
+    GetGpc0,
+    IncGpc0,
+    ClrGpc0,
+    Gpc0Rate,
+    GetGpt0,
+}
+
+/// The stick fetches by the name after their `scN_`/`sc_`/`src_` prefix.
+const STICK_FETCHES: &[(&str, StickFetch)] = &[
+    ("conn_cnt", StickFetch::ConnCnt),
+    ("conn_cur", StickFetch::ConnCur),
+    ("conn_rate", StickFetch::ConnRate),
+    ("sess_cnt", StickFetch::SessCnt),
+    ("sess_rate", StickFetch::SessRate),
+    ("get_gpc0", StickFetch::GetGpc0),
+    ("inc_gpc0", StickFetch::IncGpc0),
+    ("clr_gpc0", StickFetch::ClrGpc0),
+    ("gpc0_rate", StickFetch::Gpc0Rate),
+    ("get_gpt0", StickFetch::GetGpt0),
+];
+
+/// The `src_*` fetches that only read (HAProxy's `src_inc_gpc0` and
+/// `src_clr_gpc0` create the entry; shunt does not have them).
+fn src_reads(f: StickFetch) -> bool {
+    !matches!(f, StickFetch::IncGpc0 | StickFetch::ClrGpc0)
+}
+
+/// The stick tables as a condition sees them, implemented by the flow.
+pub trait StickCtx {
+    /// `scN_*`: the value in the entry counter `sc` tracks; `None` when it
+    /// tracks none (the fetch fails, as HAProxy's).
+    fn tracked(&self, sc: u8, what: StickFetch) -> Option<i64>;
+    /// `src_*(table)`: the value in `table`'s entry for `addr`, 0 when the
+    /// table has no such entry; `None` when `addr` cannot be a key of it.
+    fn lookup(&self, table: usize, addr: IpAddr, what: StickFetch) -> Option<i64>;
 }
 
 /// A sample fetch.
@@ -40,6 +103,10 @@ pub enum Fetch {
     SslSni,
     AlwaysTrue,
     AlwaysFalse,
+    /// `scN_WHAT` / `sc_WHAT(N)`: the entry tracked by counter N.
+    Sc { sc: u8, what: StickFetch },
+    /// `src_WHAT([table])`: the client address's entry ([`Expr::table`]).
+    SrcTable(StickFetch),
 }
 
 /// The type of a fetch's sample.
@@ -84,13 +151,15 @@ impl Fetch {
             Fetch::SslSni => "req.ssl_sni",
             Fetch::AlwaysTrue => "always_true",
             Fetch::AlwaysFalse => "always_false",
+            Fetch::Sc { .. } => "sc",
+            Fetch::SrcTable(_) => "src_*",
         }
     }
 
     fn kind(self) -> Kind {
         match self {
             Fetch::Src | Fetch::Dst => Kind::Ip,
-            Fetch::SrcPort | Fetch::DstPort => Kind::Int,
+            Fetch::SrcPort | Fetch::DstPort | Fetch::Sc { .. } | Fetch::SrcTable(_) => Kind::Int,
             Fetch::SslSni => Kind::Str,
             Fetch::AlwaysTrue | Fetch::AlwaysFalse => Kind::Bool,
         }
@@ -144,9 +213,13 @@ pub enum Patterns {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Expr {
     pub fetch: Fetch,
-    /// The fetch's keyword as written (`req_ssl_sni` or `req.ssl_sni`), for messages.
-    pub keyword: &'static str,
+    /// The fetch's keyword as written (`req_ssl_sni` or `req.ssl_sni`,
+    /// `src_conn_rate`), for messages.
+    pub keyword: String,
     pub patterns: Patterns,
+    /// The table a `src_*` fetch reads: its argument, else (`None` name
+    /// until validation) the proxy's own; resolved by validation.
+    pub table: Option<super::stick::TableRef>,
 }
 
 /// A sample, borrowed from the context.
@@ -167,6 +240,11 @@ impl Expr {
             Fetch::SslSni => Sample::Str(ctx.sni?),
             Fetch::AlwaysTrue => Sample::Bool(true),
             Fetch::AlwaysFalse => Sample::Bool(false),
+            Fetch::Sc { sc, what } => Sample::Int(ctx.stick?.tracked(sc, what)?),
+            Fetch::SrcTable(what) => {
+                let table = self.table.as_ref()?.index;
+                Sample::Int(ctx.stick?.lookup(table, ctx.src.ip().to_canonical(), what)?)
+            }
         })
     }
 
@@ -281,6 +359,24 @@ impl Cond {
         }
     }
 
+    /// Some term reads a stick table (the flow must offer its [`StickCtx`]).
+    pub fn uses_tables(&self) -> bool {
+        self.suites
+            .iter()
+            .flatten()
+            .flat_map(|t| &t.exprs)
+            .any(|e| matches!(e.fetch, Fetch::Sc { .. } | Fetch::SrcTable(_)))
+    }
+
+    /// Every table reference of its `src_*` fetches, to resolve.
+    pub fn table_refs_mut(&mut self) -> impl Iterator<Item = (&str, &mut super::stick::TableRef)> {
+        self.suites
+            .iter_mut()
+            .flatten()
+            .flat_map(|t| t.exprs.iter_mut())
+            .filter_map(|e| e.table.as_mut().map(|r| (e.keyword.as_str(), r)))
+    }
+
     /// The first term that uses `fetch`, and the expression that does.
     pub fn first_fetch(&self, fetch: Fetch) -> Option<(&Term, &Expr)> {
         self.suites
@@ -358,8 +454,12 @@ fn parse_expr(words: &[String]) -> Result<Expr, String> {
     let Some(fname) = words.first() else {
         return Err("missing fetch method in ACL expression ''".to_string());
     };
-    let (fetch, keyword) = Fetch::by_name(fname)
-        .ok_or_else(|| format!("unknown fetch method '{fname}' in ACL expression '{fname}'"))?;
+    let (fetch, keyword, table) = match Fetch::by_name(fname) {
+        Some((f, k)) => (f, k.to_string(), None),
+        None => stick_fetch(fname)?.ok_or_else(|| {
+            format!("unknown fetch method '{fname}' in ACL expression '{fname}'")
+        })?,
+    };
     let mut icase = false;
     let mut how: Option<Method> = None;
     let mut pats: Vec<String> = Vec::new();
@@ -408,6 +508,7 @@ fn parse_expr(words: &[String]) -> Result<Expr, String> {
                     fetch,
                     keyword,
                     patterns: Patterns::Bool,
+                    table,
                 })
             }
         },
@@ -449,7 +550,67 @@ fn parse_expr(words: &[String]) -> Result<Expr, String> {
         fetch,
         keyword,
         patterns,
+        table,
     })
+}
+
+/// A stick fetch (`sc0_conn_rate`, `sc_conn_rate(0)`, `src_conn_cur(t)`):
+/// `Ok(None)` when `word` names none. A `src_*` fetch without a table
+/// argument reads its proxy's table, named by validation.
+type StickParsed = (Fetch, String, Option<super::stick::TableRef>);
+fn stick_fetch(word: &str) -> Result<Option<StickParsed>, String> {
+    let (name, args) = match word.split_once('(') {
+        Some((n, rest)) => (n, Some(rest.strip_suffix(')').unwrap_or(rest))),
+        None => (word, None),
+    };
+    let what_of = |suffix: &str| {
+        STICK_FETCHES
+            .iter()
+            .find(|(n, _)| *n == suffix)
+            .map(|(_, w)| *w)
+    };
+    let unsupported_arg = || {
+        format!("fetch method '{name}' : a table argument is not supported by shunt in ACL expression '{word}'")
+    };
+    if let Some(rest) = name.strip_prefix("src_") {
+        let Some(what) = what_of(rest).filter(|w| src_reads(*w)) else {
+            return Ok(None);
+        };
+        // The location is the rule's, filled in with the name by validation.
+        let table = super::stick::TableRef::named(args.unwrap_or(""), &Default::default());
+        return Ok(Some((Fetch::SrcTable(what), name.to_string(), Some(table))));
+    }
+    if let Some(rest) = name.strip_prefix("sc_") {
+        let Some(what) = what_of(rest) else {
+            return Ok(None);
+        };
+        let n = args.filter(|a| !a.is_empty()).ok_or_else(|| {
+            format!("fetch method '{name}' : expected type 'integer' at position 1, but got nothing in ACL expression '{word}'")
+        })?;
+        if n.contains(',') {
+            return Err(unsupported_arg());
+        }
+        let sc = n
+            .parse::<u8>()
+            .ok()
+            .filter(|s| usize::from(*s) < super::stick::MAX_TRACKERS)
+            .ok_or_else(|| {
+                format!("fetch method '{name}' : invalid stick counter '{n}' in ACL expression '{word}'")
+            })?;
+        return Ok(Some((Fetch::Sc { sc, what }, name.to_string(), None)));
+    }
+    for sc in 0..super::stick::MAX_TRACKERS {
+        let prefix = format!("sc{sc}_");
+        let Some(what) = name.strip_prefix(prefix.as_str()).and_then(what_of) else {
+            continue;
+        };
+        if args.is_some() {
+            return Err(unsupported_arg());
+        }
+        let sc = u8::try_from(sc).unwrap_or(0);
+        return Ok(Some((Fetch::Sc { sc, what }, name.to_string(), None)));
+    }
+    Ok(None)
 }
 
 fn compile(p: &str, icase: bool) -> Result<Regex, String> {

@@ -4,7 +4,8 @@
 //! mutated at run time; runtime state (server health, weights set by the CLI,
 //! counters) lives elsewhere and refers to these items by index.
 
-pub use super::acl::{AclCtx, Cond};
+pub use super::acl::{AclCtx, Cond, StickCtx, StickFetch};
+pub use super::stick::*;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -566,6 +567,9 @@ pub struct Frontend {
     pub use_backend_conds: Vec<Option<Cond>>,
     /// `tcp-request connection` rules, in order, evaluated at accept.
     pub tcp_connection: Vec<TcpConnRule>,
+    /// Some rule tracks a counter or some condition reads a table: the flow
+    /// needs its stick context.
+    pub uses_tables: bool,
     /// 0 = limited only by global maxconn.
     pub maxconn: usize,
     pub timeouts: Timeouts,
@@ -590,6 +594,8 @@ pub struct Backend {
     pub log_global: bool,
     pub line: Location,
     pub opts: BackendOpts,
+    /// `stick on|match|store-request` rules, in order.
+    pub stick: Vec<StickRule>,
 }
 
 /// `hash-type`: how a hash-based `balance` (`source`) maps a hash to a server.
@@ -628,7 +634,7 @@ impl BindOpts {
 }
 
 /// What a `tcp-request connection` rule does when its condition holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum TcpConnAction {
     /// Stop evaluating the rules; the connection goes on.
     Accept,
@@ -637,6 +643,9 @@ pub enum TcpConnAction {
     /// `expect-proxy layer4`: the connection starts with a PROXY header, read
     /// once the rules are done; the rules go on.
     ExpectProxy,
+    /// `track-scN KEY [table T]`: the flow tracks the key's entry (unless
+    /// that counter already tracks one); the rules go on.
+    TrackSc(TrackSc),
 }
 
 /// `tcp-request connection accept|reject [if|unless COND]`.
@@ -701,6 +710,8 @@ pub struct Config {
     pub backends: Vec<Backend>,
     /// Map files, in load order (index = the map's `#id`).
     pub maps: Vec<MapSource>,
+    /// Stick tables, in declaration order (index = [`TableRef::index`]).
+    pub tables: Vec<TableSpec>,
 }
 
 impl Config {

@@ -1895,6 +1895,7 @@ fn acls_build_conditions_on_rules() {
         src: sa(src),
         dst: Some(sa(dst)),
         sni: None,
+        stick: None,
     };
     let first = fe.use_backend_conds[0].as_ref().unwrap();
     assert!(first.eval(&ctx("10.0.0.1:5", "127.0.0.1:443")));
@@ -1995,6 +1996,7 @@ fn a_named_acl_gathers_lines_declared_after_the_rule() {
         src: sa("192.168.1.1:5"),
         dst: None,
         sni: None,
+        stick: None,
     };
     assert!(fe.use_backend_conds[0].as_ref().unwrap().eval(&ctx));
     assert!(!fe.tcp_connection[0].cond.as_ref().unwrap().eval(&ctx));

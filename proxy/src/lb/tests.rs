@@ -103,6 +103,7 @@ fn backend_with(balance: Balance, servers: &[S], opts: BackendOpts) -> Arc<Backe
         log_global: false,
         line: Location::default(),
         opts,
+        stick: vec![],
     })
 }
 

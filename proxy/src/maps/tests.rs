@@ -174,6 +174,7 @@ fn config_with_map(entries: &str) -> Config {
         log_global: false,
         line: Location::default(),
         opts: Default::default(),
+        stick: vec![],
     };
     Config {
         backends: vec![be("a"), be("b")],

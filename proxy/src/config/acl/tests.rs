@@ -12,6 +12,7 @@ fn ctx<'a>(src: &str, dst: &str, sni: Option<&'a str>) -> AclCtx<'a> {
         src: src.parse().unwrap(),
         dst: Some(dst.parse().unwrap()),
         sni,
+        stick: None,
     }
 }
 

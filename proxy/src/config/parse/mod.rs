@@ -21,6 +21,7 @@ mod log;
 mod proxy;
 mod server;
 mod stats_socket;
+mod stick;
 mod tcp_check;
 mod tcp_request;
 
