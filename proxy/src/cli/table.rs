@@ -508,6 +508,35 @@ pub static COMMANDS: &[Spec] = &[
         on_workers: false,
         parse: |a| Command::EnableHealth(c::first(a.words)),
     },
+    // Stick tables: the contents need operator, `show table`'s list does
+    // not (`cli::tables` says "contents not dumped" below operator).
+    Spec {
+        words: &["clear", "table"],
+        usage: "clear table <table> [<filter>]*",
+        help: "remove an entry from a table (filter: data/key)",
+        level: Level::Operator,
+        heavy: Heavy::Never,
+        on_workers: false,
+        parse: |a| Command::ClearTable(c::parse_table_req(a)),
+    },
+    Spec {
+        words: &["set", "table"],
+        usage: "set table <table> key <k> [data.* <v>]*",
+        help: "update or create a table entry's data",
+        level: Level::Operator,
+        heavy: Heavy::Never,
+        on_workers: false,
+        parse: |a| Command::SetTable(c::parse_table_req(a)),
+    },
+    Spec {
+        words: &["show", "table"],
+        usage: "show table <table> [<filter>]*",
+        help: "report table usage stats or dump this table's contents (filter: data/key)",
+        level: Level::User,
+        heavy: Heavy::Never,
+        on_workers: false,
+        parse: |a| Command::ShowTable(c::parse_table_req(a)),
+    },
 ];
 
 /// The commands HAProxy lists after all others, in this order.
