@@ -261,9 +261,11 @@ fn stick_rules(
             continue;
         };
         if rule.kind.matches() && out.server.is_none() {
-            out.server = table
-                .server_of(&key, now)
-                .and_then(|id| be.servers.iter().position(|s| i64::from(s.id) == i64::from(id)));
+            out.server = table.server_of(&key, now).and_then(|id| {
+                be.servers
+                    .iter()
+                    .position(|s| i64::from(s.id) == i64::from(id))
+            });
         }
         if rule.kind.stores() && n < MAX_STICK_STORES {
             out.stores[n] = Some((rule.table.index, key));

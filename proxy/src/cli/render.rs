@@ -1610,11 +1610,19 @@ pub fn table_entry(
 ) {
     use crate::config::DataType;
     use std::fmt::Write;
-    let _ = write!(out, "0x{:x}: key={} use={} exp={}", e.id, e.key, e.refs, e.exp);
+    let _ = write!(
+        out,
+        "0x{:x}: key={} use={} exp={}",
+        e.id, e.key, e.refs, e.exp
+    );
     for t in spec.store.types() {
         match t {
             DataType::ServerKey => {
-                let _ = write!(out, " server_key={}", e.data.server_key.as_deref().unwrap_or("-"));
+                let _ = write!(
+                    out,
+                    " server_key={}",
+                    e.data.server_key.as_deref().unwrap_or("-")
+                );
             }
             DataType::ServerId => {
                 let _ = write!(out, " server_id={}", e.data.server_id);

@@ -22,7 +22,8 @@ pub const KEY_EXPECTED: &str = "Key value expected\n";
 const SHOW_OPTIONAL: &str =
     "Optional argument only supports \"data.<store_data_type>\" <operator> <value> and key <key>\n";
 const CLEAR_REQUIRED: &str = "Required arguments: <table> \"data.<store_data_type>\" <operator> <value> or <table> key <key>\n";
-const SET_REQUIRED: &str = "Required arguments: <table> key <key> [data.<store_data_type> <value>]*\n";
+const SET_REQUIRED: &str =
+    "Required arguments: <table> key <key> [data.<store_data_type> <value>]*\n";
 const CONTENT_LOOKUP: &str =
     "content-based lookup is only supported with the \"show\" and \"clear\" actions\n";
 const DATA_EXPECTED: &str = "\"data.<type>\" followed by a value expected\n";
@@ -94,8 +95,23 @@ fn table<'t>(tables: &'t Tables, req: &TableReq, need: &str) -> Result<&'t Table
 
 /// The key of `key K` (`args[0]` is `key`).
 fn key_arg(t: &Table, args: &[String]) -> Result<Key, Output> {
-    let k = args.get(1).filter(|k| !k.is_empty()).ok_or_else(|| Output::err(KEY_EXPECTED))?;
+    let k = args
+        .get(1)
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| Output::err(KEY_EXPECTED))?;
     Key::parse(t.spec().key, k).map_err(|e| Output::err(format!("{e}\n")))
+}
+
+/// Data type `name` when table `t` stores it, else HAProxy's message: a
+/// type HAProxy knows (shunt's tables never store the HTTP ones) is "not
+/// stored", any other "unknown".
+fn stored_type(t: &Table, name: &str) -> Result<DataType, &'static str> {
+    match DataType::by_name(name) {
+        Some(dt) if t.spec().store.has(dt) => Ok(dt),
+        Some(_) => Err(NOT_STORED),
+        None if DataType::unsupported(name) => Err(NOT_STORED),
+        None => Err(UNKNOWN_TYPE),
+    }
 }
 
 /// `data.T OP V` filters from `args`, HAProxy's "Filter entry #N: " errors.
@@ -105,14 +121,10 @@ fn filters(t: &Table, args: &[String]) -> Result<Vec<Filter>, Output> {
         let err = |m: &str| Output::err(format!("Filter entry #{}: {m}", i + 1));
         // HAProxy skips the five characters of `data.` without checking them.
         let name = f[0].get(5..).unwrap_or("");
-        let dt = DataType::by_name(name).ok_or_else(|| err(UNKNOWN_TYPE))?;
-        if !t.spec().store.has(dt) {
-            return Err(err(NOT_STORED));
-        }
-        let op = f
-            .get(1)
-            .and_then(|o| Op::by_name(o))
-            .ok_or_else(|| err("Require and operator among \"eq\", \"ne\", \"le\", \"ge\", \"lt\", \"gt\"\n"))?;
+        let dt = stored_type(t, name).map_err(|m| err(m))?;
+        let op = f.get(1).and_then(|o| Op::by_name(o)).ok_or_else(|| {
+            err("Require and operator among \"eq\", \"ne\", \"le\", \"ge\", \"lt\", \"gt\"\n")
+        })?;
         let v = f
             .get(2)
             .and_then(|v| v.parse::<i64>().ok())
@@ -243,14 +255,13 @@ pub fn set(tables: &Tables, req: &TableReq) -> Output {
             failed = Some(DATA_EXPECTED);
             break;
         };
-        let Some(dt) = DataType::by_name(name) else {
-            failed = Some(UNKNOWN_TYPE);
-            break;
+        let dt = match stored_type(t, name) {
+            Ok(dt) => dt,
+            Err(m) => {
+                failed = Some(m);
+                break;
+            }
         };
-        if !t.spec().store.has(dt) {
-            failed = Some(NOT_STORED);
-            break;
-        }
         let Some(v) = pair.get(1).and_then(|v| v.parse::<i64>().ok()) else {
             failed = Some(BAD_VALUE);
             break;

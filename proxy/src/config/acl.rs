@@ -104,7 +104,10 @@ pub enum Fetch {
     AlwaysTrue,
     AlwaysFalse,
     /// `scN_WHAT` / `sc_WHAT(N)`: the entry tracked by counter N.
-    Sc { sc: u8, what: StickFetch },
+    Sc {
+        sc: u8,
+        what: StickFetch,
+    },
     /// `src_WHAT([table])`: the client address's entry ([`Expr::table`]).
     SrcTable(StickFetch),
 }
@@ -243,7 +246,10 @@ impl Expr {
             Fetch::Sc { sc, what } => Sample::Int(ctx.stick?.tracked(sc, what)?),
             Fetch::SrcTable(what) => {
                 let table = self.table.as_ref()?.index;
-                Sample::Int(ctx.stick?.lookup(table, ctx.src.ip().to_canonical(), what)?)
+                Sample::Int(
+                    ctx.stick?
+                        .lookup(table, ctx.src.ip().to_canonical(), what)?,
+                )
             }
         })
     }
@@ -456,9 +462,8 @@ fn parse_expr(words: &[String]) -> Result<Expr, String> {
     };
     let (fetch, keyword, table) = match Fetch::by_name(fname) {
         Some((f, k)) => (f, k.to_string(), None),
-        None => stick_fetch(fname)?.ok_or_else(|| {
-            format!("unknown fetch method '{fname}' in ACL expression '{fname}'")
-        })?,
+        None => stick_fetch(fname)?
+            .ok_or_else(|| format!("unknown fetch method '{fname}' in ACL expression '{fname}'"))?,
     };
     let mut icase = false;
     let mut how: Option<Method> = None;

@@ -22,7 +22,9 @@ pub enum KeyType {
     Ipv6,
     Integer,
     /// Keys longer than `len` bytes are cut to it (HAProxy's default 32).
-    String { len: usize },
+    String {
+        len: usize,
+    },
 }
 
 /// HAProxy's default `len` of a string key.

@@ -154,10 +154,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
         let uses_tables = tcp_connection.iter().any(|r| {
             matches!(r.action, TcpConnAction::TrackSc(_))
                 || r.cond.as_ref().is_some_and(|c| c.uses_tables())
-        }) || use_backend_conds
-            .iter()
-            .flatten()
-            .any(|c| c.uses_tables());
+        }) || use_backend_conds.iter().flatten().any(|c| c.uses_tables());
         global.traffic_logs.push(traffic_log(d, &global.logs));
         frontends.push(Frontend {
             name: d.name.clone(),

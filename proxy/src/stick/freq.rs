@@ -101,10 +101,18 @@ mod tests {
         // The period began at T0; at T0+1000 it is the previous one, whole.
         assert_eq!(f.read(T0 + 1000, 1000), 10);
         // A quarter into the next period, three quarters of it remain.
-        assert_eq!(f.read(T0 + 1250, 1000), 7, "10 * 750/1000 = 7.5, rounded down");
+        assert_eq!(
+            f.read(T0 + 1250, 1000),
+            7,
+            "10 * 750/1000 = 7.5, rounded down"
+        );
         assert_eq!(f.read(T0 + 1500, 1000), 5);
         assert_eq!(f.read(T0 + 1999, 1000), 0, "10 * 1/1000 rounds down to 0");
-        assert_eq!(f.read(T0 + 2000, 1000), 0, "two periods later nothing is left");
+        assert_eq!(
+            f.read(T0 + 2000, 1000),
+            0,
+            "two periods later nothing is left"
+        );
         // An event now rotates: prev = 10 would be stale, so it is dropped.
         f.add(T0 + 2500, 1000, 1);
         assert_eq!(f.read(T0 + 2500, 1000), 1);

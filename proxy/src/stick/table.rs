@@ -92,7 +92,11 @@ impl Key {
     /// IPv4 address reads as `0.0.0.0` in an `ip` table.
     pub fn parse(t: KeyType, s: &str) -> Result<Key, KeyError> {
         Ok(match t {
-            KeyType::Ip => Key::V4(s.parse::<Ipv4Addr>().unwrap_or(Ipv4Addr::UNSPECIFIED).octets()),
+            KeyType::Ip => Key::V4(
+                s.parse::<Ipv4Addr>()
+                    .unwrap_or(Ipv4Addr::UNSPECIFIED)
+                    .octets(),
+            ),
             KeyType::Ipv6 => Key::V6(
                 s.parse::<Ipv6Addr>()
                     .map_err(|_| KeyError::Invalid)?
@@ -427,7 +431,8 @@ impl Table {
         if !st.has(t) {
             return None;
         }
-        d.value(t, st, now).map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+        d.value(t, st, now)
+            .map(|v| i64::try_from(v).unwrap_or(i64::MAX))
     }
 
     /// `stick match`: the server id stored for `key`, when there is one.
@@ -484,8 +489,7 @@ impl Table {
                 exp: if self.expire_ms == 0 {
                     0
                 } else {
-                    self.expire_ms
-                        .saturating_sub(now.wrapping_sub(e.touched))
+                    self.expire_ms.saturating_sub(now.wrapping_sub(e.touched))
                 },
                 data: e.data.clone(),
             })

@@ -125,7 +125,11 @@ fn a_tracked_flow_counts_connections_and_bytes() {
         Some(0),
         "both flows ended"
     );
-    assert_eq!(t.fetch_key(&ip(9), StickFetch::ConnCnt, 500), Some(0), "absent: 0");
+    assert_eq!(
+        t.fetch_key(&ip(9), StickFetch::ConnCnt, 500),
+        Some(0),
+        "absent: 0"
+    );
     let e = &t.snapshot(500, &|_, _| true)[0];
     assert_eq!(e.refs, 0);
     assert_eq!(e.data.conn_cnt, 2);
@@ -136,17 +140,28 @@ fn keys_from_addresses_follow_the_table_type() {
     let v4 = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
     let mapped: IpAddr = "::ffff:127.0.0.1".parse().expect("ip");
     let v6: IpAddr = "::1".parse().expect("ip");
-    assert_eq!(Key::of_addr(KeyType::Ip, mapped), Some(Key::V4([127, 0, 0, 1])));
+    assert_eq!(
+        Key::of_addr(KeyType::Ip, mapped),
+        Some(Key::V4([127, 0, 0, 1]))
+    );
     assert_eq!(Key::of_addr(KeyType::Ip, v6), None);
     assert_eq!(
-        Key::of_addr(KeyType::Ipv6, v4).map(|k| k.to_string()).as_deref(),
+        Key::of_addr(KeyType::Ipv6, v4)
+            .map(|k| k.to_string())
+            .as_deref(),
         Some("::ffff:127.0.0.1")
     );
     assert_eq!(
-        Key::of_addr(KeyType::String { len: 5 }, v4).map(|k| k.to_string()).as_deref(),
+        Key::of_addr(KeyType::String { len: 5 }, v4)
+            .map(|k| k.to_string())
+            .as_deref(),
         Some("127.0")
     );
-    assert_eq!(Key::parse(KeyType::Ip, "abc"), Ok(Key::V4([0; 4])), "HAProxy's quirk");
+    assert_eq!(
+        Key::parse(KeyType::Ip, "abc"),
+        Ok(Key::V4([0; 4])),
+        "HAProxy's quirk"
+    );
     assert_eq!(Key::parse(KeyType::Ipv6, "1.2.3.4"), Err(KeyError::Invalid));
     assert_eq!(Key::parse(KeyType::Integer, "x42"), Err(KeyError::Invalid));
 }

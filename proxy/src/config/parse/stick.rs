@@ -140,7 +140,8 @@ fn store_item(store: &mut Store, item: &str, l: &mut Line<'_>) -> Result<(), Str
         return Err(format!("stick-table: unknown store option '{name}'."));
     };
     let period = if t.is_rate() {
-        let a = arg.ok_or_else(|| format!("stick-table: missing argument to store option '{name}'."))?;
+        let a =
+            arg.ok_or_else(|| format!("stick-table: missing argument to store option '{name}'."))?;
         let p = parse_time(a)
             .ok()
             .and_then(|p| u32::try_from(p.as_millis()).ok())
@@ -189,8 +190,7 @@ pub fn stick(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     let f = l
         .arg(2)
         .ok_or_else(|| "'stick' expects a fetch method.".to_string())?;
-    let key =
-        KeyFetch::by_name(f).ok_or_else(|| format!("'stick': unknown fetch method '{f}'"))?;
+    let key = KeyFetch::by_name(f).ok_or_else(|| format!("'stick': unknown fetch method '{f}'"))?;
     let mut i = 3;
     let mut table = TableRef::named(&d.name, l.loc);
     if l.arg(i) == Some("table") {
@@ -200,9 +200,7 @@ pub fn stick(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     let cond = match l.arg(i) {
         None => None,
         Some("if" | "unless") => Some(acl::parse_cond(&l.args[i..], &d.acls).map_err(|e| {
-            format!(
-                "'stick': error detected while parsing sticking condition : {e}"
-            )
+            format!("'stick': error detected while parsing sticking condition : {e}")
         })?),
         Some(w) => return Err(format!("'stick': unknown keyword '{w}'.")),
     };
@@ -238,9 +236,8 @@ pub fn track_sc(
     let f = l
         .arg(at + 1)
         .ok_or_else(|| format!("'tcp-request {ruleset} {act}' : missing fetch method"))?;
-    let key = KeyFetch::by_name(f).ok_or_else(|| {
-        format!("'tcp-request {ruleset} {act}' : unknown fetch method '{f}'")
-    })?;
+    let key = KeyFetch::by_name(f)
+        .ok_or_else(|| format!("'tcp-request {ruleset} {act}' : unknown fetch method '{f}'"))?;
     let mut next = at + 2;
     let mut table = TableRef::named(&d.name, l.loc);
     if l.arg(next) == Some("table") {
