@@ -23,6 +23,8 @@ mod validate;
 mod tests;
 #[cfg(test)]
 mod tests_compat;
+#[cfg(test)]
+mod tests_stick;
 
 pub use lexer::MAX_LINE_ARGS;
 pub use model::*;

@@ -1506,7 +1506,7 @@ fn tcp_request_errors() {
         ("tcp-request inspect-delay 5s x", "'tcp-request inspect-delay' cannot handle unexpected argument 'x'."),
         ("tcp-request content reject", "'tcp-request content reject' is not supported by shunt yet (only 'tcp-request content accept if { req_ssl_hello_type 1 }' is accepted; ACLs come later)."),
         ("tcp-request content accept if { req_ssl_hello_type 2 }", "'tcp-request content accept if { req_ssl_hello_type 2 }' is not supported by shunt yet (only 'tcp-request content accept if { req_ssl_hello_type 1 }' is accepted; ACLs come later)."),
-        ("tcp-request connection bogus", "'tcp-request connection' expects 'accept', 'reject' or 'expect-proxy' in frontend 'fe' (got 'bogus'; shunt supports no other action)."),
+        ("tcp-request connection bogus", "'tcp-request connection' expects 'accept', 'reject', 'expect-proxy' or 'track-sc0'..'track-sc2' in frontend 'fe' (got 'bogus'; shunt supports no other action)."),
         ("tcp-request connection reject x", "'tcp-request connection reject' only accepts 'if' or 'unless', in frontend 'fe' (got 'x')"),
         ("tcp-request connection accept if !x", "'tcp-request connection accept' : error detected in frontend 'fe' while parsing 'if' condition : no such ACL : 'x'"),
         ("tcp-request foo", "'tcp-request' expects 'inspect-delay', 'connection', 'session' or 'content', got 'foo'."),
