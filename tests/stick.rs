@@ -291,7 +291,7 @@ fn stick_on_src_keeps_each_client_on_its_server() {
         assert_eq!(exchange([127, 0, 0, 2], fe), Some(second));
     }
     let t = cli(&shunt.sock(), "show table be");
-    assert!(t.contains(&format!("key=127.0.0.1 use=0 ")), "{t}");
+    assert!(t.contains("key=127.0.0.1 use=0 "), "{t}");
     assert!(
         t.contains(&format!("server_id={first} server_key=s{first}")),
         "{t}"
@@ -361,9 +361,7 @@ fn galera_active_passive_fails_over_and_stays() {
         "{t}"
     );
     assert!(
-        t.contains(&format!(
-            "key=127.0.0.1 use=0 exp=0 server_id=2 server_key=db2"
-        )),
+        t.contains("key=127.0.0.1 use=0 exp=0 server_id=2 server_key=db2"),
         "{t}"
     );
 }

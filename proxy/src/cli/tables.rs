@@ -121,7 +121,7 @@ fn filters(t: &Table, args: &[String]) -> Result<Vec<Filter>, Output> {
         let err = |m: &str| Output::err(format!("Filter entry #{}: {m}", i + 1));
         // HAProxy skips the five characters of `data.` without checking them.
         let name = f[0].get(5..).unwrap_or("");
-        let dt = stored_type(t, name).map_err(|m| err(m))?;
+        let dt = stored_type(t, name).map_err(&err)?;
         let op = f.get(1).and_then(|o| Op::by_name(o)).ok_or_else(|| {
             err("Require and operator among \"eq\", \"ne\", \"le\", \"ge\", \"lt\", \"gt\"\n")
         })?;
