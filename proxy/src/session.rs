@@ -197,33 +197,38 @@ fn connection_rules(
 /// connection in its `conn_*`. A key that cannot be made (no `dst`, an
 /// IPv6 client in an `ip` table) tracks nothing, as HAProxy's failed fetch.
 fn track(tracker: &mut Tracker<'_>, t: &TrackSc, peer: SocketAddr, dst: Option<SocketAddr>) {
-    let ip = match t.key {
-        KeyFetch::Src => peer.ip(),
-        KeyFetch::Dst => match dst {
-            Some(d) => d.ip(),
-            None => return,
-        },
-    };
-    tracker.track(t.sc, t.table.index, ip);
+    if let Some(ip) = key_addr(t.key, peer, dst) {
+        tracker.track(t.sc, t.table.index, ip);
+    }
 }
 
-/// The most `stick store-request` keys one flow stores (HAProxy's
-/// `MAX_SESS_STKCTR`-sized `store[]`): a backend with more store rules
-/// stores the first ones.
-const MAX_STICK_STORES: usize = 8;
+/// The address a key is made from (`src`, `dst`); `None` without one.
+fn key_addr(k: KeyFetch, peer: SocketAddr, dst: Option<SocketAddr>) -> Option<std::net::IpAddr> {
+    match k {
+        KeyFetch::Src => Some(peer.ip()),
+        KeyFetch::Dst => dst.map(|d| d.ip()),
+    }
+}
+
+/// The most `stick store-request` rules one flow applies (HAProxy keeps 8
+/// keys per stream; a bit each here): a backend with more stores with the
+/// first ones.
+const MAX_STICK_STORES: usize = u32::BITS as usize;
 
 /// What a backend's `stick` rules decided before the pick: the server a
-/// `stick match` found (by index in the backend), and the keys to store
-/// once the flow has its server.
+/// `stick match` found (by index in the backend), and which store rules
+/// held (bit `i`: rule `i`). The keys are made again from the addresses
+/// when storing, so while it connects the flow's future holds two words,
+/// not the keys.
 struct Sticking {
     server: Option<usize>,
-    stores: [Option<(usize, Key)>; MAX_STICK_STORES],
+    stores: u32,
 }
 
 /// The backend's `stick` rules in order, as HAProxy's
 /// `process_sticking_rules`: the first `match` that finds a server id of
 /// this backend decides the server; every `store` whose condition holds
-/// queues its key. No allocation for an IP key.
+/// is marked. No allocation for an IP key.
 fn stick_rules(
     state: &Runtime,
     be: &Backend,
@@ -233,11 +238,10 @@ fn stick_rules(
 ) -> Sticking {
     let mut out = Sticking {
         server: None,
-        stores: std::array::from_fn(|_| None),
+        stores: 0,
     };
     let now = state.tables.now_ms();
-    let mut n = 0;
-    for rule in &be.stick {
+    for (i, rule) in be.stick.iter().enumerate().take(MAX_STICK_STORES) {
         let ctx = AclCtx {
             src: peer,
             dst,
@@ -250,14 +254,9 @@ fn stick_rules(
         let Some(table) = state.tables.get(rule.table.index) else {
             continue;
         };
-        let ip = match rule.key {
-            KeyFetch::Src => peer.ip(),
-            KeyFetch::Dst => match dst {
-                Some(d) => d.ip(),
-                None => continue,
-            },
-        };
-        let Some(key) = Key::of_addr(table.spec().key, ip) else {
+        let Some(key) =
+            key_addr(rule.key, peer, dst).and_then(|ip| Key::of_addr(table.spec().key, ip))
+        else {
             continue;
         };
         if rule.kind.matches() && out.server.is_none() {
@@ -267,21 +266,39 @@ fn stick_rules(
                     .position(|s| i64::from(s.id) == i64::from(id))
             });
         }
-        if rule.kind.stores() && n < MAX_STICK_STORES {
-            out.stores[n] = Some((rule.table.index, key));
-            n += 1;
+        if rule.kind.stores() {
+            out.stores |= 1 << i;
         }
     }
     out
 }
 
-/// The flow has its server: every queued store key now points at it.
-fn stick_store(state: &Runtime, sticking: &Sticking, server: &crate::lb::ServerRt) {
+/// The flow has its server: the key of every store rule that held now
+/// points at it.
+fn stick_store(
+    state: &Runtime,
+    be: &Backend,
+    sticking: &Sticking,
+    peer: SocketAddr,
+    dst: Option<SocketAddr>,
+    server: &crate::lb::ServerRt,
+) {
+    if sticking.stores == 0 {
+        return;
+    }
     let now = state.tables.now_ms();
     let id = i32::try_from(server.id).unwrap_or(i32::MAX);
-    for (t, key) in sticking.stores.iter().flatten() {
-        if let Some(table) = state.tables.get(*t) {
-            table.store_server(key, now, id, &server.name);
+    for (i, rule) in be.stick.iter().enumerate().take(MAX_STICK_STORES) {
+        if sticking.stores & (1 << i) == 0 {
+            continue;
+        }
+        let Some(table) = state.tables.get(rule.table.index) else {
+            continue;
+        };
+        if let Some(key) =
+            key_addr(rule.key, peer, dst).and_then(|ip| Key::of_addr(table.spec().key, ip))
+        {
+            table.store_server(&key, now, id, &server.name);
         }
     }
 }
@@ -726,7 +743,7 @@ pub async fn run(
         return;
     };
     let srv_idx = slot.index();
-    stick_store(&state, &sticking, slot.server());
+    stick_store(&state, be, &sticking, peer, dst, slot.server());
     let srv_ctr = &state.stats.servers[be_idx][srv_idx];
     let _srv_open = Open::new(srv_ctr);
     // Counts in the pool's sizing (`used_cur`) while the flow runs.

@@ -66,7 +66,6 @@ fn reference_config(fe_bind: SocketAddr, s_ports: [u16; 2]) -> Config {
             use_backends: vec![],
             use_backend_conds: vec![],
             tcp_connection: vec![],
-            uses_tables: false,
             maxconn: 0,
             timeouts: Timeouts::default(),
             splice: Default::default(),

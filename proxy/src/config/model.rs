@@ -567,9 +567,6 @@ pub struct Frontend {
     pub use_backend_conds: Vec<Option<Cond>>,
     /// `tcp-request connection` rules, in order, evaluated at accept.
     pub tcp_connection: Vec<TcpConnRule>,
-    /// Some rule tracks a counter or some condition reads a table: the flow
-    /// needs its stick context.
-    pub uses_tables: bool,
     /// 0 = limited only by global maxconn.
     pub maxconn: usize,
     pub timeouts: Timeouts,

@@ -64,7 +64,10 @@ fn stick_rules_and_trackers_resolve_their_tables() {
     let [f_t, t_t, b_t] = [0, 1, 2].map(|i| &c.tables[i].name);
     assert_eq!([f_t, t_t, b_t], ["f", "t", "b"]);
     let fe = &c.frontends[0];
-    assert!(fe.uses_tables);
+    assert!(fe.tcp_connection[1]
+        .cond
+        .as_ref()
+        .is_some_and(|c| c.uses_tables()));
     match &fe.tcp_connection[0].action {
         TcpConnAction::TrackSc(t) => {
             assert_eq!((t.sc, t.key, t.table.index), (1, KeyFetch::Src, 1));

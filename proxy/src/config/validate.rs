@@ -151,10 +151,6 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
         }
         errors.extend(map_errors);
         let tcp_connection = connection_rules(d, &tix, &mut errors);
-        let uses_tables = tcp_connection.iter().any(|r| {
-            matches!(r.action, TcpConnAction::TrackSc(_))
-                || r.cond.as_ref().is_some_and(|c| c.uses_tables())
-        }) || use_backend_conds.iter().flatten().any(|c| c.uses_tables());
         global.traffic_logs.push(traffic_log(d, &global.logs));
         frontends.push(Frontend {
             name: d.name.clone(),
@@ -166,7 +162,6 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             use_backends,
             use_backend_conds,
             tcp_connection,
-            uses_tables,
             maxconn: d.maxconn,
             timeouts: d.timeouts,
             splice: d.splice,

@@ -108,7 +108,8 @@ pub async fn purge_loop(tables: &Tables) {
 /// each a table and a slot, released on drop with the flow's bytes.
 pub struct Tracker<'a> {
     tables: &'a Tables,
-    slots: [Option<(usize, u32)>; MAX_TRACKERS],
+    /// (table, slot) per counter; `u32` halves keep the flow's future small.
+    slots: [Option<(u32, u32)>; MAX_TRACKERS],
     bytes_in: u64,
     bytes_out: u64,
 }
@@ -139,6 +140,9 @@ impl<'a> Tracker<'a> {
         let Some(key) = Key::of_addr(t.spec().key, ip) else {
             return;
         };
+        let Ok(table) = u32::try_from(table) else {
+            return;
+        };
         *place = t
             .track(&key, self.tables.now_ms())
             .map(|slot| (table, slot));
@@ -153,7 +157,7 @@ impl<'a> Tracker<'a> {
     pub fn session(&self) {
         let now = self.tables.now_ms();
         for (t, slot) in self.slots.iter().flatten() {
-            if let Some(t) = self.tables.get(*t) {
+            if let Some(t) = self.tables.get(*t as usize) {
                 t.session(*slot, now);
             }
         }
@@ -170,7 +174,7 @@ impl Drop for Tracker<'_> {
     fn drop(&mut self) {
         let now = self.tables.now_ms();
         for (t, slot) in self.slots.iter().flatten() {
-            if let Some(t) = self.tables.get(*t) {
+            if let Some(t) = self.tables.get(*t as usize) {
                 t.release(*slot, now, self.bytes_in, self.bytes_out);
             }
         }
@@ -180,7 +184,9 @@ impl Drop for Tracker<'_> {
 impl StickCtx for Tracker<'_> {
     fn tracked(&self, sc: u8, what: StickFetch) -> Option<i64> {
         let (t, slot) = (*self.slots.get(usize::from(sc))?)?;
-        self.tables.get(t)?.fetch(slot, what, self.tables.now_ms())
+        self.tables
+            .get(t as usize)?
+            .fetch(slot, what, self.tables.now_ms())
     }
 
     fn lookup(&self, table: usize, addr: IpAddr, what: StickFetch) -> Option<i64> {
