@@ -117,7 +117,8 @@ fn exchange(src: [u8; 4], to: SocketAddr) -> Option<u8> {
 const DEFAULTS: &str = "defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n";
 
 /// `show table` text with what legitimately differs between two processes
-/// (entry ids, remaining expiry) masked.
+/// (entry ids, remaining expiry) masked; the answer's closing empty line
+/// becomes its last newline.
 fn normalized(text: &str) -> String {
     text.lines()
         .map(|l| {
@@ -438,5 +439,54 @@ fn sample_configs_get_haproxys_verdict() {
                 assert_eq!(ours, theirs, "{file}: shunt and HAProxy word it alike");
             }
         }
+    }
+}
+
+/// A table and three stats sockets, one per level.
+fn levels_config(port: u16, server: SocketAddr) -> String {
+    format!(
+        "global\n    stats socket @DIR@/admin.sock level admin\n\
+         \x20   stats socket @DIR@/oper.sock level operator\n\
+         \x20   stats socket @DIR@/user.sock level user\n\n{DEFAULTS}\n\
+         frontend fe\n    bind 127.0.0.1:{port}\n\
+         \x20   stick-table type ip size 10 store gpc0\n    default_backend be\n\n\
+         backend be\n    server s1 {server}\n"
+    )
+}
+
+/// Each level's answers to the table commands, in order.
+fn levels_run(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for (sock, cmd) in [
+        ("user.sock", "set table fe key 10.0.0.1 data.gpc0 1"),
+        ("user.sock", "clear table fe"),
+        ("user.sock", "clear table fe key 10.0.0.1"),
+        ("oper.sock", "set table fe key 10.0.0.1 data.gpc0 1"),
+        ("user.sock", "show table"),
+        ("user.sock", "show table fe"),
+        ("oper.sock", "show table fe"),
+        ("oper.sock", "clear table fe key 10.0.0.1"),
+        ("admin.sock", "show table fe"),
+    ] {
+        out.push(normalized(&cli(&dir.join(sock), cmd)));
+    }
+    out
+}
+
+#[test]
+fn table_commands_need_the_levels_haproxy_asks() {
+    let server = Server::tagged_echo(1);
+    let shunt = Shunt::start(&levels_config(free_port(), server.addr), &[]);
+    let ours = levels_run(shunt.dir());
+    assert_eq!(ours[0], "Permission denied\n", "set needs operator");
+    assert_eq!(
+        ours[5],
+        "# table: fe, type: ip, size:10, used:1\n# contents not dumped due to insufficient privileges\n"
+    );
+    assert_eq!(ours[8], "# table: fe, type: ip, size:10, used:0\n");
+    if haproxy_installed() {
+        let h = Haproxy::start(&levels_config(free_port(), server.addr));
+        let dir = h.sock().parent().map(Path::to_path_buf).expect("dir");
+        assert_eq!(ours, levels_run(&dir), "shunt (left) and HAProxy (right)");
     }
 }

@@ -509,12 +509,14 @@ pub static COMMANDS: &[Spec] = &[
         parse: |a| Command::EnableHealth(c::first(a.words)),
     },
     // Stick tables: the contents need operator, `show table`'s list does
-    // not (`cli::tables` says "contents not dumped" below operator).
+    // not (`cli::tables` says "contents not dumped" below operator), and
+    // as HAProxy's a `clear table` below operator is refused for a key and
+    // does nothing otherwise, so its level is checked there.
     Spec {
         words: &["clear", "table"],
         usage: "clear table <table> [<filter>]*",
         help: "remove an entry from a table (filter: data/key)",
-        level: Level::Operator,
+        level: Level::User,
         heavy: Heavy::Never,
         on_workers: false,
         parse: |a| Command::ClearTable(c::parse_table_req(a)),

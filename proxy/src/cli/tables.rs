@@ -202,14 +202,23 @@ pub fn show(tables: &Tables, level: CliLevel, req: &TableReq) -> Output {
 }
 
 /// `clear table NAME [key K | data.T OP V...]`: the untracked entries
-/// selected go (all of them without a selection).
-pub fn clear(tables: &Tables, req: &TableReq) -> Output {
+/// selected go (all of them without a selection). Below operator, as
+/// HAProxy 2.6: a key is refused, anything else does nothing.
+pub fn clear(tables: &Tables, level: CliLevel, req: &TableReq) -> Output {
     let t = match table(tables, req, CLEAR_REQUIRED) {
         Ok(t) => t,
         Err(e) => return e,
     };
     let now = tables.now_ms();
-    match selection(t, &req.args, CLEAR_REQUIRED) {
+    let sel = selection(t, &req.args, CLEAR_REQUIRED);
+    if level < CliLevel::Operator {
+        return match sel {
+            Err(e) => e,
+            Ok(Sel::Key(_)) => Output::err(super::dispatch::PERMISSION_DENIED),
+            Ok(_) => Output::Text(String::new()),
+        };
+    }
+    match sel {
         Err(e) => e,
         Ok(Sel::All) => {
             t.clear(now, &|_, _| true);
