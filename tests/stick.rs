@@ -377,11 +377,14 @@ fn a_full_table_evicts_its_least_recently_used_entry() {
         "    stick-table type ip size 2\n    stick on src\n",
     );
     let shunt = Shunt::start(&cfg, &[]);
-    let fe = SocketAddr::from(([127, 0, 0, 1], port));
-    for src in [[127, 0, 0, 1], [127, 0, 0, 2], [127, 0, 0, 3]] {
-        assert_eq!(exchange(src, fe), Some(1));
-    }
-    let t = normalized(&cli(&shunt.sock(), "show table be"));
+    let run = |port: u16, sock: &Path| {
+        let fe = SocketAddr::from(([127, 0, 0, 1], port));
+        for src in [[127, 0, 0, 1], [127, 0, 0, 2], [127, 0, 0, 3]] {
+            assert_eq!(exchange(src, fe), Some(1));
+        }
+        normalized(&cli(sock, "show table be"))
+    };
+    let t = run(port, &shunt.sock());
     assert_eq!(
         t,
         "# table: be, type: ip, size:2, used:2\n\
@@ -389,6 +392,11 @@ fn a_full_table_evicts_its_least_recently_used_entry() {
          ID: key=127.0.0.3 use=0 exp=E server_id=1 server_key=s1\n",
         "the oldest client (127.0.0.1) was evicted"
     );
+    if haproxy_installed() {
+        let hport = free_port();
+        let h = Haproxy::start(&cfg.replace(&format!(":{port}\n"), &format!(":{hport}\n")));
+        assert_eq!(t, run(hport, &h.sock()), "shunt (left) and HAProxy (right)");
+    }
 }
 
 /// `haproxy -c -f FILE`: (exit code, its `parsing [...]` lines).

@@ -74,7 +74,8 @@ impl Key {
     /// The key address `ip` makes in a table of type `t`: IPv4 stays, a
     /// v4-mapped IPv6 becomes IPv4 and another IPv6 fits no `ip` table; an
     /// `ipv6` table maps IPv4; an integer table takes an IPv4 as its number;
-    /// a string table its text, cut to `len`. `None`: no key (no tracking).
+    /// a string table its text, cut to `len` (the one key made with an
+    /// allocation per flow). `None`: no key (no tracking).
     pub fn of_addr(t: KeyType, ip: IpAddr) -> Option<Key> {
         let ip = ip.to_canonical();
         Some(match (t, ip) {

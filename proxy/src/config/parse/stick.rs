@@ -177,9 +177,7 @@ pub fn stick(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
         }
         _ => return Err("'stick' expects 'on', 'match', or 'store'.".to_string()),
     };
-    if d.kind == Kind::Defaults {
-        return Err("'stick' not allowed in 'defaults' section.".to_string());
-    }
+    // The keyword table keeps `stick` out of `defaults`.
     if !d.kind.be() {
         l.warnings.push(format!(
             "parsing [{}] : 'stick' ignored because frontend '{}' has no backend capability.",
