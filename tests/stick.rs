@@ -4,9 +4,11 @@
 //! the rate fell; `show table` after the same traffic reads as HAProxy's
 //! (entry ids and expiry times aside); `stick on src` keeps a client on its
 //! server; the Galera pattern (`size 1 nopurge`, `stick on dst`, backups)
-//! fails over and stays; a table of `size 2` evicts its oldest entry; and
-//! the sample configurations of tests/testdata/stick/ get the same verdict
-//! from `shunt -c` and `haproxy -c`.
+//! fails over and stays; a table of `size 2` evicts its oldest entry; the
+//! table commands ask HAProxy's levels; tracked, sticky flows are still
+//! forwarded by the kernel (`forward-mode sockmap`, where BPF is wanted);
+//! and the sample configurations of tests/testdata/stick/ get the same
+//! verdict from `shunt -c` and `haproxy -c`.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -497,4 +499,47 @@ fn table_commands_need_the_levels_haproxy_asks() {
         let dir = h.sock().parent().map(Path::to_path_buf).expect("dir");
         assert_eq!(ours, levels_run(&dir), "shunt (left) and HAProxy (right)");
     }
+}
+
+#[test]
+fn tracked_and_sticky_flows_still_go_to_the_kernel() {
+    if !bpf_wanted() {
+        return;
+    }
+    let server = Server::tagged_echo(1);
+    let port = free_port();
+    let cfg = format!(
+        "global\n    forward-mode sockmap\n    stats socket @DIR@/admin.sock level admin\n\n{DEFAULTS}\n\
+         frontend fe\n    bind 127.0.0.1:{port}\n\
+         \x20   stick-table type ip size 10 store conn_cur,bytes_in_cnt,bytes_out_cnt\n\
+         \x20   tcp-request connection track-sc0 src\n    default_backend be\n\n\
+         backend be\n    stick-table type ip size 10\n    stick on src\n    server s1 {}\n",
+        server.addr
+    );
+    let shunt = Shunt::start(&cfg, &[]);
+    let sock = shunt.sock();
+    let mut c = connect_from([127, 0, 0, 1], SocketAddr::from(([127, 0, 0, 1], port)));
+    let mut tag = [0u8; 1];
+    c.read_exact(&mut tag).expect("tag");
+    let data = pattern(256 * 1024, 7);
+    c.write_all(&data).expect("send");
+    let mut back = vec![0u8; data.len()];
+    c.read_exact(&mut back).expect("echo");
+    assert!(back == data, "echoed intact");
+    let sess = cli(&sock, "show sess");
+    assert!(sess.contains("fwd=sockmap"), "{sess}");
+    let t = cli(&sock, "show table fe");
+    assert!(
+        t.contains("use=1 exp=0 conn_cur=1 "),
+        "tracked while open: {t}"
+    );
+    drop(c);
+    eventually("the flow's end counted", WAIT, || {
+        cli(&sock, "show table fe").contains(&format!(
+            "use=0 exp=0 conn_cur=0 bytes_in_cnt={} bytes_out_cnt={}",
+            data.len(),
+            data.len() + 1
+        ))
+    });
+    assert!(cli(&sock, "show table be").contains("server_id=1 server_key=s1"));
 }
