@@ -173,10 +173,11 @@ fn rate_run(fe: SocketAddr, period: Duration) -> Vec<bool> {
 
 #[test]
 fn the_eleventh_connection_in_a_window_is_refused_as_by_haproxy() {
-    const PERIOD: Duration = Duration::from_secs(1);
+    // Long enough for a 12-connection burst on a loaded machine.
+    const PERIOD: Duration = Duration::from_secs(2);
     let server = Server::tagged_echo(1);
     let port = free_port();
-    let shunt = Shunt::start(&rate_config(port, server.addr, "1s"), &[]);
+    let shunt = Shunt::start(&rate_config(port, server.addr, "2s"), &[]);
     let ours = rate_run(SocketAddr::from(([127, 0, 0, 1], port)), PERIOD);
     let mut want = vec![true; 10];
     want.extend([false, false, true, true]);
@@ -188,7 +189,7 @@ fn the_eleventh_connection_in_a_window_is_refused_as_by_haproxy() {
     assert_eq!(dcon, "2", "the refused connections are counted as denied");
     if haproxy_installed() {
         let hport = free_port();
-        let h = Haproxy::start(&rate_config(hport, server.addr, "1s"));
+        let h = Haproxy::start(&rate_config(hport, server.addr, "2s"));
         let theirs = rate_run(SocketAddr::from(([127, 0, 0, 1], hport)), PERIOD);
         assert_eq!(ours, theirs, "HAProxy sees the same: {}", h.log());
     }
