@@ -688,6 +688,13 @@ async fn worker_main(
             tasks.push(scheduler::spawn(Class::Bulk, "bpf-log", fut));
         }
     }
+    // Stick tables' expired entries: one purge task, on the first worker.
+    if scheduler::thread_id() == 0 && state.tables.expiring() {
+        let st = state.clone();
+        tasks.push(scheduler::spawn(Class::Bulk, "stick-purge", async move {
+            crate::stick::purge_loop(&st.tables).await
+        }));
+    }
     // Health and agent checks: this worker's share of the checked servers.
     tasks.extend(crate::checks::spawn_for_worker(
         &state,

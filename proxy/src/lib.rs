@@ -17,6 +17,7 @@
 //! - `checks`: health and agent checks, the server-state file;
 //! - `pool`: warm server connections;
 //! - `maps`: routing maps, changed at run time by the CLI;
+//! - `stick`: stick tables, tracked counters, their purge;
 //! - `handoff`: forwarding behind one seam (sockmap, splice, copy);
 //! - `bpf`: the eBPF object, its maps and pins;
 //! - `cli`: the stats socket (frame, command, dispatch, render);
@@ -48,4 +49,5 @@ pub mod session;
 pub mod sni;
 pub mod stats;
 pub mod statspage;
+pub mod stick;
 pub mod sys;

@@ -1,7 +1,8 @@
-//! One flow, top to bottom: accept → `tcp-request connection` rules → the
-//! PROXY header (`accept-proxy`, `expect-proxy`) → route → pick a server
-//! (queue) → connect (retries, redispatch; `send-proxy` writes the header) →
-//! hand off → account → close.
+//! One flow, top to bottom: accept → `tcp-request connection` rules (with
+//! `track-sc*`) → the PROXY header (`accept-proxy`, `expect-proxy`) → route
+//! → `stick` rules → pick a server (queue) → connect (retries, redispatch;
+//! `send-proxy` writes the header) → stick stores → hand off → account →
+//! close.
 //!
 //! The client's address is `peer` and the address it reached `dst`, both
 //! taken once, after the PROXY header if one is read; from then on every
@@ -10,8 +11,9 @@
 //!
 //! Owns nothing beyond the flow's lifetime: the client socket, the server slot
 //! and connection, and the gauges it opened (`scur` on frontend, backend and
-//! server), all released by guards so every exit path, including the future
-//! being dropped at hard stop, leaves counters and queues consistent.
+//! server) and the stick-table entries it tracks (`stick::Tracker`), all
+//! released by guards so every exit path, including the future being
+//! dropped at hard stop, leaves counters, queues and tables consistent.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -24,8 +26,8 @@ use tokio::net::TcpStream;
 
 use crate::config::acl::Request;
 use crate::config::{
-    AclCtx, Backend, ContentAction, ContentRule, ForwardMode, Frontend, ProxyVersion,
-    TcpConnAction, UseBackend,
+    AclCtx, Backend, ContentAction, ContentRule, ForwardMode, Frontend, KeyFetch, ProxyVersion,
+    StickCtx, TcpConnAction, TrackSc, UseBackend,
 };
 use crate::handoff::{self, End, Meter, Mode, Plan, Promote};
 use crate::inspect::Inspect;
@@ -36,6 +38,7 @@ use crate::log::FlowGuard;
 use crate::proxy_proto::{self, Encoded, ParseError};
 use crate::runtime::Runtime;
 use crate::stats::{flows, Counters, Event};
+use crate::stick::{Key, Tracker};
 
 /// Upper bound on HAProxy's turn-around delay between two connection attempts.
 const RETRY_TURNAROUND_MAX: Duration = Duration::from_secs(1);
@@ -117,6 +120,7 @@ async fn route(
     dst: Option<SocketAddr>,
     client: &TcpStream,
     inspect: &mut Inspect,
+    stick: &dyn StickCtx,
 ) -> Option<usize> {
     let mut waited = false;
     if fe
@@ -142,6 +146,7 @@ async fn route(
                 sni: inspect.sni(),
                 req: inspect.request(false),
                 counts: state,
+                stick: Some(stick),
             };
             if !c.eval(&ctx) {
                 continue;
@@ -201,6 +206,7 @@ async fn wait_hello(inspect: &mut Inspect, client: &TcpStream, delay: Option<Dur
 /// delay → one final run on what is there. Nothing is consumed.
 async fn content_rules(
     state: &Runtime,
+    stick: &dyn StickCtx,
     rules: &[ContentRule],
     delay: Option<Duration>,
     (peer, dst): (SocketAddr, Option<SocketAddr>),
@@ -220,6 +226,7 @@ async fn content_rules(
             sni: inspect.sni(),
             req: inspect.request(more),
             counts: state,
+            stick: Some(stick),
         };
         let mut undecided = false;
         for rule in rules {
@@ -245,31 +252,151 @@ async fn content_rules(
 /// `accept` or `reject` whose condition holds ends the rules; `expect-proxy`
 /// marks the connection and the rules go on. All of them run before the
 /// header is read, so they see the real addresses. Nothing has been read
-/// yet, so a fetch of the request's contents sees nothing (the parser warned).
+/// yet, so a `req.ssl_sni` term sees no name (the parser warned). A
+/// `track-scN` rule tracks in `tracker`, and the rules after it see the
+/// counters ([`track`]).
 fn connection_rules(
     state: &Runtime,
     fe: &Frontend,
     peer: SocketAddr,
     dst: Option<SocketAddr>,
+    tracker: &mut Tracker<'_>,
 ) -> Option<bool> {
-    let ctx = AclCtx {
-        src: peer,
-        dst,
-        sni: None,
-        req: Request::NONE,
-        counts: state,
-    };
     let mut expect_proxy = false;
     for rule in &fe.tcp_connection {
-        if rule.cond.as_ref().is_none_or(|c| c.eval(&ctx)) {
-            match rule.action {
+        let holds = rule.cond.as_ref().is_none_or(|c| {
+            c.eval(&AclCtx {
+                src: peer,
+                dst,
+                sni: None,
+                req: Request::NONE,
+                counts: state,
+                stick: Some(&*tracker),
+            })
+        });
+        if holds {
+            match &rule.action {
                 TcpConnAction::Accept => break,
                 TcpConnAction::Reject => return None,
                 TcpConnAction::ExpectProxy => expect_proxy = true,
+                TcpConnAction::TrackSc(t) => track(tracker, t, peer, dst),
             }
         }
     }
     Some(expect_proxy)
+}
+
+/// `track-scN KEY [table T]`: counter N tracks the key's entry (created,
+/// or evicting the oldest untracked one when full), counting the
+/// connection in its `conn_*`. A key that cannot be made (no `dst`, an
+/// IPv6 client in an `ip` table) tracks nothing, as HAProxy's failed fetch.
+fn track(tracker: &mut Tracker<'_>, t: &TrackSc, peer: SocketAddr, dst: Option<SocketAddr>) {
+    if let Some(ip) = key_addr(t.key, peer, dst) {
+        tracker.track(t.sc, t.table.index, ip);
+    }
+}
+
+/// The address a key is made from (`src`, `dst`); `None` without one.
+fn key_addr(k: KeyFetch, peer: SocketAddr, dst: Option<SocketAddr>) -> Option<std::net::IpAddr> {
+    match k {
+        KeyFetch::Src => Some(peer.ip()),
+        KeyFetch::Dst => dst.map(|d| d.ip()),
+    }
+}
+
+/// The most `stick store-request` rules one flow applies (HAProxy keeps 8
+/// keys per stream; a bit each here): a backend with more stores with the
+/// first ones.
+const MAX_STICK_STORES: usize = u32::BITS as usize;
+
+/// What a backend's `stick` rules decided before the pick: the server a
+/// `stick match` found (by index in the backend), and which store rules
+/// held (bit `i`: rule `i`). The keys are made again from the addresses
+/// when storing, so while it connects the flow's future holds two words,
+/// not the keys.
+struct Sticking {
+    server: Option<usize>,
+    stores: u32,
+}
+
+/// The backend's `stick` rules in order, as HAProxy's
+/// `process_sticking_rules`: the first `match` that finds a server id of
+/// this backend decides the server; every `store` whose condition holds
+/// is marked. No allocation for an IP key.
+fn stick_rules(
+    state: &Runtime,
+    be: &Backend,
+    peer: SocketAddr,
+    dst: Option<SocketAddr>,
+    stick: &dyn StickCtx,
+) -> Sticking {
+    let mut out = Sticking {
+        server: None,
+        stores: 0,
+    };
+    let now = state.tables.now_ms();
+    for (i, rule) in be.stick.iter().enumerate().take(MAX_STICK_STORES) {
+        let ctx = AclCtx {
+            src: peer,
+            dst,
+            sni: None,
+            req: Request::NONE,
+            counts: state,
+            stick: Some(stick),
+        };
+        if !rule.cond.as_ref().is_none_or(|c| c.eval(&ctx)) {
+            continue;
+        }
+        let Some(table) = state.tables.get(rule.table.index) else {
+            continue;
+        };
+        let Some(key) =
+            key_addr(rule.key, peer, dst).and_then(|ip| Key::of_addr(table.spec().key, ip))
+        else {
+            continue;
+        };
+        if rule.kind.matches() && out.server.is_none() {
+            out.server = table.server_of(&key, now).and_then(|id| {
+                be.servers
+                    .iter()
+                    .position(|s| i64::from(s.id) == i64::from(id))
+            });
+        }
+        if rule.kind.stores() {
+            out.stores |= 1 << i;
+        }
+    }
+    out
+}
+
+/// The flow has its server: the key of every store rule that held now
+/// points at it.
+fn stick_store(
+    state: &Runtime,
+    be: &Backend,
+    sticking: &Sticking,
+    peer: SocketAddr,
+    dst: Option<SocketAddr>,
+    server: &crate::lb::ServerRt,
+) {
+    if sticking.stores == 0 {
+        return;
+    }
+    let now = state.tables.now_ms();
+    let id = i32::try_from(server.id).unwrap_or(i32::MAX);
+    for (i, rule) in be.stick.iter().enumerate().take(MAX_STICK_STORES) {
+        if sticking.stores & (1 << i) == 0 {
+            continue;
+        }
+        let Some(table) = state.tables.get(rule.table.index) else {
+            continue;
+        };
+        if let Some(key) =
+            key_addr(rule.key, peer, dst).and_then(|ip| Key::of_addr(table.spec().key, ip))
+        {
+            table.store_server(&key, now, id, &server.name);
+        }
+    }
 }
 
 /// Bytes peeked for a PROXY header. HAProxy reads the header from one buffer
@@ -514,7 +641,9 @@ pub fn run(
         let fe_ctr = &state.stats.frontends[fe_idx];
         let accepted = SystemTime::now();
         let mut dst = client.local_addr().ok();
-        let Some(expect_proxy) = connection_rules(&state, fe, peer, dst) else {
+        // Released (conn_cur, bytes) when the flow ends, whatever the path.
+        let mut tracker = Tracker::new(&state.tables);
+        let Some(expect_proxy) = connection_rules(&state, fe, peer, dst, &mut tracker) else {
             // As HAProxy: counted in the frontend's denied connections, never a
             // session, never logged; dropping the socket closes it.
             tracing::debug!(frontend = %fe.name, %peer, "rejected by tcp-request connection");
@@ -556,6 +685,7 @@ pub fn run(
         // gauges so that it drops last (HAProxy's end-of-flow counts).
         let mut log = FlowGuard::accepted_at(&state, fe_idx, peer, dst, accepted);
         fe_ctr.event(Event::Session);
+        tracker.session();
         let _fe_open = Open::new(fe_ctr);
         if fe.clitcpka {
             // `option clitcpka`: a failure only loses the probes, not the flow.
@@ -569,7 +699,16 @@ pub fn run(
         let mut inspect = Inspect::default();
         let delay = fe.timeouts.inspect_delay;
         let rules = &fe.tcp_content;
-        if content_rules(&state, rules, delay, (peer, dst), &client, &mut inspect).await
+        if content_rules(
+            &state,
+            &tracker,
+            rules,
+            delay,
+            (peer, dst),
+            &client,
+            &mut inspect,
+        )
+        .await
             == ContentAction::Reject
         {
             // As HAProxy: the frontend's `dreq`, logged `PR` (`<NOSRV>`).
@@ -579,7 +718,8 @@ pub fn run(
             inspect.discard(&client);
             return;
         }
-        let Some(be_idx) = route(&state, fe, peer, dst, &client, &mut inspect).await else {
+        let Some(be_idx) = route(&state, fe, peer, dst, &client, &mut inspect, &tracker).await
+        else {
             tracing::debug!(frontend = %fe.name, %peer, "no backend to route to; closing");
             fe_ctr.event(Event::Denied);
             log.end_at(Cause::Proxy, LogPhase::Request);
@@ -600,7 +740,16 @@ pub fn run(
         } else {
             &be.tcp_content
         };
-        if content_rules(&state, rules, delay, (peer, dst), &client, &mut inspect).await
+        if content_rules(
+            &state,
+            &tracker,
+            rules,
+            delay,
+            (peer, dst),
+            &client,
+            &mut inspect,
+        )
+        .await
             == ContentAction::Reject
         {
             // HAProxy counts it in the frontend's `dreq` only.
@@ -616,6 +765,7 @@ pub fn run(
         // `retries` further attempts on the same server, after a failure the error
         // calls retryable (`ConnectError::retryable`: all but an internal one); the
         // last one goes elsewhere when `option redispatch` is set.
+        let sticking = stick_rules(&state, be, peer, dst, &tracker);
         let mut exclude = None;
         let mut attempts_left = be.retries;
         let mut slot = None;
@@ -623,7 +773,10 @@ pub fn run(
         while server.is_none() {
             let s = match slot.take() {
                 Some(s) => s,
-                None => match be_rt.acquire(peer, exclude, be.timeouts.queue).await {
+                None => match be_rt
+                    .acquire_sticky(peer, sticking.server, exclude, be.timeouts.queue)
+                    .await
+                {
                     Ok(s) => s,
                     Err(e) => {
                         match e {
@@ -706,6 +859,7 @@ pub fn run(
             return;
         };
         let srv_idx = slot.index();
+        stick_store(&state, be, &sticking, peer, dst, slot.server());
         let srv_ctr = &state.stats.servers[be_idx][srv_idx];
         let _srv_open = Open::new(srv_ctr);
         // Counts in the pool's sizing (`used_cur`) while the flow runs.
@@ -752,6 +906,7 @@ pub fn run(
             Some(&mut log),
             Some([fe_ctr, be_ctr, srv_ctr]),
         );
+        tracker.set_bytes(out.to_server, out.to_client);
         tracing::debug!(
             frontend = %fe.name, backend = %be.name, server = %slot.server().name, %peer,
             to_server = out.to_server, to_client = out.to_client, mode = ?out.mode, end = ?out.end,

@@ -216,9 +216,34 @@ pub enum ForcedHealth {
 /// Administrative state set by `set server B/S state` (the server's own type).
 pub use crate::lb::AdminState;
 
+/// `show|clear|set table [NAME [ARGS...]]`: the words as given. Their
+/// meaning depends on the table (its key type, what it stores), so they
+/// are checked against it when the command runs (`cli::tables`), in
+/// HAProxy's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableReq {
+    /// `None`: no table named (`show table` lists them all).
+    pub table: Option<String>,
+    pub args: Vec<String>,
+}
+
+/// `show|clear|set table ...`.
+pub(super) fn parse_table_req(a: Args<'_>) -> TableReq {
+    TableReq {
+        table: a.words.first().map(|s| s.to_string()),
+        args: a.words.iter().skip(1).map(|s| s.to_string()).collect(),
+    }
+}
+
 /// One parsed CLI command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
+    /// `show table [NAME [key K | data.T OP V ...]]`
+    ShowTable(TableReq),
+    /// `clear table NAME [key K | data.T OP V ...]`
+    ClearTable(TableReq),
+    /// `set table NAME key K [data.T V]...`
+    SetTable(TableReq),
     /// `help [WORDS...]`
     Help(Vec<String>),
     /// `prompt`: toggle interactive mode.

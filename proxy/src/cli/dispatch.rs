@@ -551,6 +551,9 @@ pub fn dispatch(ctx: &Ctx, sess: &mut Session, p: Parsed) -> Output {
             }
             Err(e) => Output::err(e),
         },
+        Command::ShowTable(req) => super::tables::show(&ctx.state.tables, sess.level, &req),
+        Command::ClearTable(req) => super::tables::clear(&ctx.state.tables, sess.level, &req),
+        Command::SetTable(req) => super::tables::set(&ctx.state.tables, &req),
     }
 }
 

@@ -44,6 +44,7 @@ pub mod render;
 pub mod sessions;
 pub mod stream;
 pub mod table;
+pub mod tables;
 pub mod typed;
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};

@@ -1610,3 +1610,56 @@ mod activity_tests {
         );
     }
 }
+
+/// `# table: NAME, type: ip, size:N, used:M` (`show table`), HAProxy's line.
+pub fn table_header(out: &mut String, spec: &crate::config::TableSpec, used: usize) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        out,
+        "# table: {}, type: {}, size:{}, used:{used}",
+        spec.name,
+        spec.key.name(),
+        spec.size
+    );
+}
+
+/// One `show table` entry, HAProxy 2.6's format: `0xID: key=K use=N exp=MS`
+/// then each stored type in HAProxy's order, rates with their period
+/// (`conn_rate(10000)=3`), `server_key=-` when no server was stored.
+pub fn table_entry(
+    out: &mut String,
+    spec: &crate::config::TableSpec,
+    e: &crate::stick::EntryView,
+    now: u32,
+) {
+    use crate::config::DataType;
+    use std::fmt::Write;
+    let _ = write!(
+        out,
+        "0x{:x}: key={} use={} exp={}",
+        e.id, e.key, e.refs, e.exp
+    );
+    for t in spec.store.types() {
+        match t {
+            DataType::ServerKey => {
+                let _ = write!(
+                    out,
+                    " server_key={}",
+                    e.data.server_key.as_deref().unwrap_or("-")
+                );
+            }
+            DataType::ServerId => {
+                let _ = write!(out, " server_id={}", e.data.server_id);
+            }
+            t if t.is_rate() => {
+                let v = e.data.value(t, &spec.store, now).unwrap_or(0);
+                let _ = write!(out, " {}({})={v}", t.name(), spec.store.period(t));
+            }
+            t => {
+                let v = e.data.value(t, &spec.store, now).unwrap_or(0);
+                let _ = write!(out, " {}={v}", t.name());
+            }
+        }
+    }
+    out.push('\n');
+}

@@ -116,6 +116,17 @@ fn large_payload(cmd: &Command) -> bool {
     matches!(cmd, Command::AddMapPayload { payload, .. } if payload.len() >= super::HEAVY_PAYLOAD)
 }
 
+/// A stick-table command that walks a whole table under its lock (a dump,
+/// a clear without a key): heavy work, as a large map's.
+fn walks_table(cmd: &Command) -> bool {
+    let whole =
+        |r: &c::TableReq| r.table.is_some() && r.args.first().map(String::as_str) != Some("key");
+    match cmd {
+        Command::ShowTable(r) | Command::ClearTable(r) => whole(r),
+        _ => false,
+    }
+}
+
 /// `clear counters all` resets every counter: admin; the maxima alone, operator.
 fn clear_counters_level(cmd: &Command) -> CliLevel {
     match cmd {
@@ -508,6 +519,37 @@ pub static COMMANDS: &[Spec] = &[
         on_workers: false,
         parse: |a| Command::EnableHealth(c::first(a.words)),
     },
+    // Stick tables: the contents need operator, `show table`'s list does
+    // not (`cli::tables` says "contents not dumped" below operator), and
+    // as HAProxy's a `clear table` below operator is refused for a key and
+    // does nothing otherwise, so its level is checked there.
+    Spec {
+        words: &["clear", "table"],
+        usage: "clear table <table> [<filter>]*",
+        help: "remove an entry from a table (filter: data/key)",
+        level: Level::User,
+        heavy: Heavy::When(walks_table),
+        on_workers: false,
+        parse: |a| Command::ClearTable(c::parse_table_req(a)),
+    },
+    Spec {
+        words: &["set", "table"],
+        usage: "set table <table> key <k> [data.* <v>]*",
+        help: "update or create a table entry's data",
+        level: Level::Operator,
+        heavy: Heavy::Never,
+        on_workers: false,
+        parse: |a| Command::SetTable(c::parse_table_req(a)),
+    },
+    Spec {
+        words: &["show", "table"],
+        usage: "show table <table> [<filter>]*",
+        help: "report table usage stats or dump this table's contents (filter: data/key)",
+        level: Level::User,
+        heavy: Heavy::When(walks_table),
+        on_workers: false,
+        parse: |a| Command::ShowTable(c::parse_table_req(a)),
+    },
 ];
 
 /// The commands HAProxy lists after all others, in this order.
@@ -564,5 +606,25 @@ mod tests {
         assert_eq!(pick("show servers"), None);
         assert_eq!(pick("show"), None);
         assert_eq!(pick("help show stat").as_deref(), Some("help"));
+    }
+
+    #[test]
+    fn table_walks_are_heavy_key_lookups_are_not() {
+        let heavy = |line: &str| {
+            let words: Vec<&str> = line.split(' ').collect();
+            let spec = find(&words).expect("a command");
+            let cmd = (spec.parse)(Args {
+                words: &words[spec.words.len()..],
+                payload: None,
+            });
+            spec.heavy.of(&cmd, false)
+        };
+        assert!(heavy("show table fe"));
+        assert!(heavy("show table fe data.conn_cnt gt 1"));
+        assert!(heavy("clear table fe"));
+        assert!(!heavy("show table"), "the list");
+        assert!(!heavy("show table fe key 10.0.0.1"));
+        assert!(!heavy("clear table fe key 10.0.0.1"));
+        assert!(!heavy("set table fe key 10.0.0.1 data.gpc0 1"));
     }
 }

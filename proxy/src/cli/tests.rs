@@ -94,9 +94,11 @@ fn reference_config(fe_bind: SocketAddr, s_ports: [u16; 2]) -> Config {
             line: Location::default(),
             opts: BackendOpts::default(),
             tcp_content: Vec::new(),
+            stick: vec![],
         }],
         stats_pages: vec![],
         maps: vec![],
+        tables: vec![],
     }
 }
 

@@ -4,17 +4,21 @@
 //! Owns the fetches shunt knows in tcp mode (addresses and ports, the
 //! request's contents: `req.len`, `req.payload`, `req.payload_lv`,
 //! `req.ssl_sni`, `req.ssl_ver`, `req.ssl_hello_type`; the proxies' state:
-//! `nbsrv`, `be_conn`, `fe_conn`; `always_true`, `always_false`), the match
+//! `nbsrv`, `be_conn`, `fe_conn`; the stick-table counters `scN_*`,
+//! `sc_*(N)`, `src_*([table])`; `always_true`, `always_false`), the match
 //! methods (`-m str|beg|end|sub|reg|bin|ip|int|found`, `-i`), pattern files
 //! (`-f`), and the condition grammar (`!`, `||`/`or`, implicit AND, named
 //! ACLs, anonymous `{ ... }` blocks). Errors are HAProxy 2.6's wording without
 //! the `parsing [file:line] :` prefix, which the caller adds.
 //!
-//! Invariants: evaluation ([`Cond::test`], [`Cond::eval`], [`Expr::test`]) is
-//! pure and never allocates: patterns are pre-parsed (networks, integer
-//! ranges, lowercased strings for `-i`, decoded hex for `-m bin`, compiled
-//! regexes), and what the request holds is decoded by the caller
-//! ([`Request`]). A condition may name only an ACL declared before it (as
+//! Invariants: evaluation ([`Cond::test`], [`Cond::eval`], [`Expr::test`])
+//! never allocates: patterns are pre-parsed (networks, integer ranges,
+//! lowercased strings for `-i`, decoded hex for `-m bin`, compiled regexes),
+//! and what the request holds is decoded by the caller ([`Request`]). It is
+//! pure but for `scN_inc_gpc0`/`clr_gpc0`, which change the tracked entry
+//! through the context's [`StickCtx`], as HAProxy's do; the tables themselves
+//! are the runtime's, reached only through that trait (config imports
+//! nothing). A condition may name only an ACL declared before it (as
 //! HAProxy), and once the proxy is parsed holds a copy of all that ACL's
 //! declarations ([`Cond::complete`]).
 //!
@@ -109,6 +113,54 @@ pub struct AclCtx<'a> {
     pub sni: Option<&'a str>,
     pub req: Request<'a>,
     pub counts: &'a dyn Counts,
+    /// The flow's tracked counters and the stick tables; `None` where the
+    /// proxy uses none (every stick fetch then fails).
+    pub stick: Option<&'a dyn StickCtx>,
+}
+
+/// What a stick fetch reads (or, for `inc_gpc0`/`clr_gpc0`, changes) in an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StickFetch {
+    ConnCnt,
+    ConnCur,
+    ConnRate,
+    SessCnt,
+    SessRate,
+    GetGpc0,
+    IncGpc0,
+    ClrGpc0,
+    Gpc0Rate,
+    GetGpt0,
+}
+
+/// The stick fetches by the name after their `scN_`/`sc_`/`src_` prefix.
+const STICK_FETCHES: &[(&str, StickFetch)] = &[
+    ("conn_cnt", StickFetch::ConnCnt),
+    ("conn_cur", StickFetch::ConnCur),
+    ("conn_rate", StickFetch::ConnRate),
+    ("sess_cnt", StickFetch::SessCnt),
+    ("sess_rate", StickFetch::SessRate),
+    ("get_gpc0", StickFetch::GetGpc0),
+    ("inc_gpc0", StickFetch::IncGpc0),
+    ("clr_gpc0", StickFetch::ClrGpc0),
+    ("gpc0_rate", StickFetch::Gpc0Rate),
+    ("get_gpt0", StickFetch::GetGpt0),
+];
+
+/// The `src_*` fetches that only read (HAProxy's `src_inc_gpc0` and
+/// `src_clr_gpc0` create the entry; shunt does not have them).
+fn src_reads(f: StickFetch) -> bool {
+    !matches!(f, StickFetch::IncGpc0 | StickFetch::ClrGpc0)
+}
+
+/// The stick tables as a condition sees them, implemented by the flow.
+pub trait StickCtx {
+    /// `scN_*`: the value in the entry counter `sc` tracks; `None` when it
+    /// tracks none (the fetch fails, as HAProxy's).
+    fn tracked(&self, sc: u8, what: StickFetch) -> Option<i64>;
+    /// `src_*(table)`: the value in `table`'s entry for `addr`, 0 when the
+    /// table has no such entry; `None` when `addr` cannot be a key of it.
+    fn lookup(&self, table: usize, addr: IpAddr, what: StickFetch) -> Option<i64>;
 }
 
 impl std::fmt::Debug for AclCtx<'_> {
@@ -194,6 +246,13 @@ pub enum Fetch {
     BeConn,
     /// `fe_conn([frontend])`.
     FeConn,
+    /// `scN_WHAT` / `sc_WHAT(N)`: the entry tracked by counter N.
+    Sc {
+        sc: u8,
+        what: StickFetch,
+    },
+    /// `src_WHAT([table])`: the client address's entry ([`Expr::table`]).
+    SrcTable(StickFetch),
 }
 
 /// The type of a fetch's sample.
@@ -339,6 +398,8 @@ impl Fetch {
             Fetch::Nbsrv => "nbsrv",
             Fetch::BeConn => "be_conn",
             Fetch::FeConn => "fe_conn",
+            Fetch::Sc { .. } => "sc",
+            Fetch::SrcTable(_) => "src_*",
         }
     }
 
@@ -366,7 +427,9 @@ impl Fetch {
             | Fetch::SslHelloType
             | Fetch::Nbsrv
             | Fetch::BeConn
-            | Fetch::FeConn => Kind::Int,
+            | Fetch::FeConn
+            | Fetch::Sc { .. }
+            | Fetch::SrcTable(_) => Kind::Int,
             Fetch::SslSni => Kind::Str,
             Fetch::Payload { .. } | Fetch::PayloadLv { .. } => Kind::Bin,
             Fetch::AlwaysTrue | Fetch::AlwaysFalse => Kind::Bool,
@@ -423,11 +486,15 @@ pub enum Patterns {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Expr {
     pub fetch: Fetch,
-    /// The fetch's keyword as written (`req_ssl_sni` or `req.ssl_sni`), for messages.
-    pub keyword: &'static str,
+    /// The fetch's keyword as written (`req_ssl_sni` or `req.ssl_sni`,
+    /// `src_conn_rate`), for messages.
+    pub keyword: String,
     pub patterns: Patterns,
     /// The proxy `nbsrv`, `be_conn` and `fe_conn` read.
     pub px: Option<ProxyArg>,
+    /// The table a `src_*` fetch reads: its argument, else (`None` name
+    /// until validation) the proxy's own; resolved by validation.
+    pub table: Option<super::stick::TableRef>,
 }
 
 /// A sample, borrowed from the context.
@@ -526,6 +593,18 @@ impl Expr {
             Fetch::Nbsrv => int(ctx.counts.usable_servers(px)),
             Fetch::BeConn => int(ctx.counts.backend_conns(px)),
             Fetch::FeConn => int(ctx.counts.frontend_conns(px)),
+            Fetch::Sc { sc, what } => match ctx.stick.and_then(|s| s.tracked(sc, what)) {
+                Some(v) => Got::sure(Sample::Int(v)),
+                None => Got::none(false),
+            },
+            Fetch::SrcTable(what) => {
+                let found = (self.table.as_ref().zip(ctx.stick))
+                    .and_then(|(t, s)| s.lookup(t.index, ctx.src.ip().to_canonical(), what));
+                match found {
+                    Some(v) => Got::sure(Sample::Int(v)),
+                    None => Got::none(false),
+                }
+            }
         }
     }
 
@@ -699,12 +778,30 @@ impl Cond {
         }
     }
 
+    /// Some term reads a stick table (the flow must offer its [`StickCtx`]).
+    pub fn uses_tables(&self) -> bool {
+        self.suites
+            .iter()
+            .flatten()
+            .flat_map(|t| &t.exprs)
+            .any(|e| matches!(e.fetch, Fetch::Sc { .. } | Fetch::SrcTable(_)))
+    }
+
     /// Every expression of the condition, to resolve their proxy arguments.
     pub fn exprs_mut(&mut self) -> impl Iterator<Item = &mut Expr> {
         self.suites
             .iter_mut()
             .flatten()
             .flat_map(|t| t.exprs.iter_mut())
+    }
+
+    /// Every table reference of its `src_*` fetches, to resolve.
+    pub fn table_refs_mut(&mut self) -> impl Iterator<Item = (&str, &mut super::stick::TableRef)> {
+        self.suites
+            .iter_mut()
+            .flatten()
+            .flat_map(|t| t.exprs.iter_mut())
+            .filter_map(|e| e.table.as_mut().map(|r| (e.keyword.as_str(), r)))
     }
 
     /// The first term with a fetch `pick` selects, and the expression that has it.
@@ -786,7 +883,13 @@ fn parse_expr(words: &[String], at: &Location) -> Result<Expr, String> {
     let Some(fname) = words.first() else {
         return Err("missing fetch method in ACL expression ''".to_string());
     };
-    let (fetch, keyword, px) = Fetch::parse(fname)?;
+    let (fetch, keyword, px, table) = match stick_fetch(fname)? {
+        Some((f, k, t)) => (f, k, None, t),
+        None => {
+            let (f, k, px) = Fetch::parse(fname)?;
+            (f, k.to_string(), px, None)
+        }
+    };
     let px = px.map(|name| ProxyArg {
         name,
         idx: 0,
@@ -842,6 +945,7 @@ fn parse_expr(words: &[String], at: &Location) -> Result<Expr, String> {
                     keyword,
                     patterns: Patterns::Bool,
                     px,
+                    table,
                 })
             }
         },
@@ -890,6 +994,7 @@ fn parse_expr(words: &[String], at: &Location) -> Result<Expr, String> {
         keyword,
         patterns,
         px,
+        table,
     })
 }
 
@@ -908,6 +1013,65 @@ fn hex(p: &str) -> Result<Vec<u8>, String> {
                 .ok_or_else(bad)
         })
         .collect()
+}
+
+/// A stick fetch (`sc0_conn_rate`, `sc_conn_rate(0)`, `src_conn_cur(t)`):
+/// `Ok(None)` when `word` names none. A `src_*` fetch without a table
+/// argument reads its proxy's table, named by validation.
+type StickParsed = (Fetch, String, Option<super::stick::TableRef>);
+fn stick_fetch(word: &str) -> Result<Option<StickParsed>, String> {
+    let (name, args) = match word.split_once('(') {
+        Some((n, rest)) => (n, Some(rest.strip_suffix(')').unwrap_or(rest))),
+        None => (word, None),
+    };
+    let what_of = |suffix: &str| {
+        STICK_FETCHES
+            .iter()
+            .find(|(n, _)| *n == suffix)
+            .map(|(_, w)| *w)
+    };
+    let unsupported_arg = || {
+        format!("fetch method '{name}' : a table argument is not supported by shunt in ACL expression '{word}'")
+    };
+    if let Some(rest) = name.strip_prefix("src_") {
+        let Some(what) = what_of(rest).filter(|w| src_reads(*w)) else {
+            return Ok(None);
+        };
+        // The location is the rule's, filled in with the name by validation.
+        let table = super::stick::TableRef::named(args.unwrap_or(""), &Default::default());
+        return Ok(Some((Fetch::SrcTable(what), name.to_string(), Some(table))));
+    }
+    if let Some(rest) = name.strip_prefix("sc_") {
+        let Some(what) = what_of(rest) else {
+            return Ok(None);
+        };
+        let n = args.filter(|a| !a.is_empty()).ok_or_else(|| {
+            format!("fetch method '{name}' : expected type 'integer' at position 1, but got nothing in ACL expression '{word}'")
+        })?;
+        if n.contains(',') {
+            return Err(unsupported_arg());
+        }
+        let sc = n
+            .parse::<u8>()
+            .ok()
+            .filter(|s| usize::from(*s) < super::stick::MAX_TRACKERS)
+            .ok_or_else(|| {
+                format!("fetch method '{name}' : invalid stick counter '{n}' in ACL expression '{word}'")
+            })?;
+        return Ok(Some((Fetch::Sc { sc, what }, name.to_string(), None)));
+    }
+    for sc in 0..super::stick::MAX_TRACKERS {
+        let prefix = format!("sc{sc}_");
+        let Some(what) = name.strip_prefix(prefix.as_str()).and_then(what_of) else {
+            continue;
+        };
+        if args.is_some() {
+            return Err(unsupported_arg());
+        }
+        let sc = u8::try_from(sc).unwrap_or(0);
+        return Ok(Some((Fetch::Sc { sc, what }, name.to_string(), None)));
+    }
+    Ok(None)
 }
 
 fn compile(p: &str, icase: bool) -> Result<Regex, String> {

@@ -15,6 +15,7 @@ pub mod logspec;
 pub mod mapfile;
 mod model;
 mod parse;
+mod stick;
 mod units;
 mod validate;
 
@@ -24,6 +25,8 @@ mod tests;
 mod tests_compat;
 #[cfg(test)]
 mod tests_stats;
+#[cfg(test)]
+mod tests_stick;
 
 pub use lexer::MAX_LINE_ARGS;
 pub use model::*;
@@ -72,6 +75,15 @@ pub enum ConfigError {
     /// `at`: the section's header line.
     #[error("parsing [{at}] : frontend '{name}' has no 'bind' directive. Please declare it as a backend if this was intended.")]
     NoBind { at: Location, name: String },
+    /// A `src_*` fetch naming no table (HAProxy's wording, its location
+    /// without the space before the colon).
+    #[error("parsing [{at}]: unable to find table '{table}' referenced in arg 1 of ACL keyword '{keyword}' in proxy '{proxy}'.")]
+    AclTable {
+        at: Location,
+        table: String,
+        keyword: String,
+        proxy: String,
+    },
 }
 
 /// Reads `paths` in order and parses them as one configuration, like

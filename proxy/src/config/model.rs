@@ -4,7 +4,8 @@
 //! mutated at run time; runtime state (server health, weights set by the CLI,
 //! counters) lives elsewhere and refers to these items by index.
 
-pub use super::acl::{AclCtx, Cond};
+pub use super::acl::{AclCtx, Cond, StickCtx, StickFetch};
+pub use super::stick::*;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -638,6 +639,8 @@ pub struct Backend {
     /// `tcp-request content` rules, run once the flow is routed here, within
     /// this backend's `timeouts.inspect_delay`.
     pub tcp_content: Vec<ContentRule>,
+    /// `stick on|match|store-request` rules, in order.
+    pub stick: Vec<StickRule>,
 }
 
 /// `hash-type`: how a hash-based `balance` (`source`) maps a hash to a server.
@@ -676,7 +679,7 @@ impl BindOpts {
 }
 
 /// What a `tcp-request connection` rule does when its condition holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum TcpConnAction {
     /// Stop evaluating the rules; the connection goes on.
     Accept,
@@ -685,6 +688,9 @@ pub enum TcpConnAction {
     /// `expect-proxy layer4`: the connection starts with a PROXY header, read
     /// once the rules are done; the rules go on.
     ExpectProxy,
+    /// `track-scN KEY [table T]`: the flow tracks the key's entry (unless
+    /// that counter already tracks one); the rules go on.
+    TrackSc(TrackSc),
 }
 
 /// `tcp-request connection accept|reject [if|unless COND]`.
@@ -782,6 +788,8 @@ pub struct Config {
     pub stats_pages: Vec<StatsPage>,
     /// Map files, in load order (index = the map's `#id`).
     pub maps: Vec<MapSource>,
+    /// Stick tables, in declaration order (index = [`TableRef::index`]).
+    pub tables: Vec<TableSpec>,
 }
 
 impl Config {

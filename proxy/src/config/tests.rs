@@ -1508,7 +1508,7 @@ fn tcp_request_errors() {
         ("tcp-request content reject when", "'tcp-request content reject' only accepts 'if' or 'unless', in frontend 'fe' (got 'when')"),
         ("tcp-request content reject if { req.payload(0) -m bin 41 }", "'tcp-request content reject' : error detected in frontend 'fe' while parsing 'if' condition : fetch method 'req.payload' : missing arguments (got 1/2), type 'integer' expected in ACL expression 'req.payload(0)'"),
         ("tcp-request content reject if { req.payload(0,1) -m bin 4 }", "'tcp-request content reject' : error detected in frontend 'fe' while parsing 'if' condition : an even number of hex digit is expected"),
-        ("tcp-request connection bogus", "'tcp-request connection' expects 'accept', 'reject' or 'expect-proxy' in frontend 'fe' (got 'bogus'; shunt supports no other action)."),
+        ("tcp-request connection bogus", "'tcp-request connection' expects 'accept', 'reject', 'expect-proxy' or 'track-sc0'..'track-sc2' in frontend 'fe' (got 'bogus'; shunt supports no other action)."),
         ("tcp-request connection reject x", "'tcp-request connection reject' only accepts 'if' or 'unless', in frontend 'fe' (got 'x')"),
         ("tcp-request connection accept if !x", "'tcp-request connection accept' : error detected in frontend 'fe' while parsing 'if' condition : no such ACL : 'x'"),
         ("tcp-request foo", "'tcp-request' expects 'inspect-delay', 'connection', 'session' or 'content', got 'foo'."),
@@ -1947,6 +1947,7 @@ fn acls_build_conditions_on_rules() {
         sni: None,
         req: crate::config::acl::Request::NONE,
         counts: &crate::config::acl::NoCounts,
+        stick: None,
     };
     let first = fe.use_backend_conds[0].as_ref().unwrap();
     assert!(first.eval(&ctx("10.0.0.1:5", "127.0.0.1:443")));
@@ -2049,6 +2050,7 @@ fn a_named_acl_gathers_lines_declared_after_the_rule() {
         sni: None,
         req: crate::config::acl::Request::NONE,
         counts: &crate::config::acl::NoCounts,
+        stick: None,
     };
     assert!(fe.use_backend_conds[0].as_ref().unwrap().eval(&ctx));
     assert!(!fe.tcp_connection[0].cond.as_ref().unwrap().eval(&ctx));

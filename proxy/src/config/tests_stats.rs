@@ -31,6 +31,7 @@ fn ctx(src: &str) -> AclCtx<'static> {
         sni: None,
         req: crate::config::acl::Request::NONE,
         counts: &crate::config::acl::NoCounts,
+        stick: None,
     }
 }
 

@@ -26,13 +26,28 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
     }
     let proxies = p.proxies;
 
+    // Stick tables first: rules of any proxy refer to them by index.
+    let mut tables: Vec<TableSpec> = proxies
+        .iter()
+        .filter_map(|d| d.stick_table.clone())
+        .collect();
+    let table_index: HashMap<String, usize> = tables
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.clone(), i))
+        .collect();
+    let tix = |name: &str| table_index.get(name).copied();
+
     // Backends first: frontends refer to them by index.
     let mut backends = Vec::new();
     let mut own_backend: Vec<Option<usize>> = vec![None; proxies.len()];
     for (i, d) in proxies.iter().enumerate() {
         if d.kind.be() && !is_stats_page(d) {
             own_backend[i] = Some(backends.len());
-            backends.push(make_backend(d, proxy_id(i), &mut errors));
+            let mut be = make_backend(d, proxy_id(i), &mut errors);
+            be.tcp_content = content_rules(d, &tix, &mut errors);
+            be.stick = stick_rules(d, &tix, &mut tables, &mut errors);
+            backends.push(be);
             if d.load_server_state {
                 global.server_state.backends.push(d.name.clone());
             }
@@ -116,7 +131,9 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
         let mut map_errors = Vec::new();
         for (rule, cond, loc) in &d.use_backends {
             // Each rule is pushed with its condition, or the config is refused.
-            use_backend_conds.push(complete(cond, &d.acls));
+            let mut cond = complete(cond, &d.acls);
+            resolve_acl_tables(&mut cond, &d.name, loc, &tix, &mut map_errors);
+            use_backend_conds.push(cond);
             match rule {
                 UseBackendDraft::Name(name) => {
                     if let Some(i) = resolve("use_backend", name, loc) {
@@ -158,6 +175,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             }
         }
         errors.extend(map_errors);
+        let tcp_connection = connection_rules(d, &tix, &mut errors);
         global.traffic_logs.push(traffic_log(d, &global.logs));
         frontends.push(Frontend {
             name: d.name.clone(),
@@ -168,15 +186,8 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             default_backend,
             use_backends,
             use_backend_conds,
-            tcp_connection: d
-                .tcp_connection
-                .iter()
-                .map(|r| TcpConnRule {
-                    action: r.action,
-                    cond: complete(&r.cond, &d.acls),
-                })
-                .collect(),
-            tcp_content: content_rules(d),
+            tcp_connection,
+            tcp_content: content_rules(d, &tix, &mut errors),
             own_backend: own_backend[i],
             maxconn: d.maxconn,
             timeouts: d.timeouts,
@@ -242,6 +253,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             backends,
             stats_pages,
             maps,
+            tables,
         },
         warnings,
     })
@@ -273,6 +285,105 @@ fn check_stats_page(d: &ProxyDraft, errors: &mut Vec<ConfigError>) {
     }
 }
 
+/// The `tcp-request connection` rules of `d`, conditions completed and
+/// every table they name resolved.
+fn connection_rules(
+    d: &ProxyDraft,
+    tix: &dyn Fn(&str) -> Option<usize>,
+    errors: &mut Vec<ConfigError>,
+) -> Vec<TcpConnRule> {
+    let mut out = Vec::with_capacity(d.tcp_connection.len());
+    for (n, r) in d.tcp_connection.iter().enumerate() {
+        let at = d.tcp_connection_locs.get(n).unwrap_or(&d.loc);
+        let mut cond = complete(&r.cond, &d.acls);
+        resolve_acl_tables(&mut cond, &d.name, at, tix, errors);
+        let mut action = r.action.clone();
+        if let TcpConnAction::TrackSc(t) = &mut action {
+            match tix(&t.table.name) {
+                Some(i) => t.table.index = i,
+                None => errors.push(ConfigError::Parse {
+                    at: t.table.at.clone(),
+                    msg: format!(
+                        "Proxy '{}': unable to find table '{}' referenced by track-sc{}.",
+                        d.name, t.table.name, t.sc
+                    ),
+                }),
+            }
+        }
+        out.push(TcpConnRule { action, cond });
+    }
+    out
+}
+
+/// The `stick` rules of backend `d`, tables resolved; every table one
+/// names stores `server_id` and `server_key` (HAProxy adds both).
+fn stick_rules(
+    d: &ProxyDraft,
+    tix: &dyn Fn(&str) -> Option<usize>,
+    tables: &mut [TableSpec],
+    errors: &mut Vec<ConfigError>,
+) -> Vec<StickRule> {
+    let mut out = Vec::with_capacity(d.stick_rules.len());
+    for r in &d.stick_rules {
+        let mut r = r.clone();
+        r.cond = complete(&r.cond, &d.acls);
+        let at = r.table.at.clone();
+        resolve_acl_tables(&mut r.cond, &d.name, &at, tix, errors);
+        let Some(i) = tix(&r.table.name) else {
+            errors.push(ConfigError::Parse {
+                at,
+                msg: format!(
+                    "Proxy '{}': unable to find stick-table '{}'.",
+                    d.name, r.table.name
+                ),
+            });
+            continue;
+        };
+        if tables[i].key == KeyType::Integer {
+            errors.push(ConfigError::Parse {
+                at,
+                msg: format!(
+                    "Proxy '{}': type of fetch not usable with type of stick-table '{}'.",
+                    d.name, r.table.name
+                ),
+            });
+            continue;
+        }
+        r.table.index = i;
+        tables[i].store.add(DataType::ServerId, 0);
+        tables[i].store.add(DataType::ServerKey, 0);
+        out.push(r);
+    }
+    out
+}
+
+/// Resolves the tables the `src_*` fetches of `cond` read (no argument:
+/// the proxy's own), as HAProxy's `smp_resolve_args`.
+fn resolve_acl_tables(
+    cond: &mut Option<Cond>,
+    proxy: &str,
+    at: &Location,
+    tix: &dyn Fn(&str) -> Option<usize>,
+    errors: &mut Vec<ConfigError>,
+) {
+    let Some(c) = cond else { return };
+    for (kw, r) in c.table_refs_mut() {
+        if r.name.is_empty() {
+            r.name = proxy.to_string();
+        }
+        r.at = at.clone();
+        match tix(&r.name) {
+            Some(i) => r.index = i,
+            None => errors.push(ConfigError::AclTable {
+                at: at.clone(),
+                table: r.name.clone(),
+                keyword: kw.to_string(),
+                proxy: proxy.to_string(),
+            }),
+        }
+    }
+}
+
 /// `cond` with its named ACLs holding every declaration of the proxy's.
 fn complete(cond: &Option<Cond>, acls: &[super::acl::NamedAcl]) -> Option<Cond> {
     cond.clone().map(|mut c| {
@@ -282,12 +393,20 @@ fn complete(cond: &Option<Cond>, acls: &[super::acl::NamedAcl]) -> Option<Cond> 
 }
 
 /// A proxy's `tcp-request content` rules, their named ACLs completed.
-fn content_rules(d: &ProxyDraft) -> Vec<ContentRule> {
+fn content_rules(
+    d: &ProxyDraft,
+    tix: &dyn Fn(&str) -> Option<usize>,
+    errors: &mut Vec<ConfigError>,
+) -> Vec<ContentRule> {
     d.tcp_content
         .iter()
-        .map(|r| ContentRule {
-            action: r.action,
-            cond: complete(&r.cond, &d.acls),
+        .map(|r| {
+            let mut cond = complete(&r.cond, &d.acls);
+            resolve_acl_tables(&mut cond, &d.name, &d.loc, tix, errors);
+            ContentRule {
+                action: r.action,
+                cond,
+            }
         })
         .collect()
 }
@@ -310,7 +429,7 @@ fn resolve_proxy_args(
                 Fetch::Nbsrv | Fetch::BeConn => (&be_names, "backend", "backend"),
                 _ => continue,
             };
-            let kw = e.keyword;
+            let kw = e.keyword.clone();
             let Some(px) = e.px.as_mut() else { continue };
             let want = px.name.as_deref().unwrap_or(here);
             match names.iter().position(|n| n == want) {
@@ -435,7 +554,8 @@ fn make_backend(d: &ProxyDraft, id: u32, errors: &mut Vec<ConfigError>) -> Backe
             log_health_checks: d.log_health_checks,
             hash_type: d.hash_type,
         },
-        tcp_content: content_rules(d),
+        tcp_content: Vec::new(),
+        stick: Vec::new(),
     }
 }
 

@@ -251,10 +251,35 @@ impl BackendRt {
         exclude: Option<usize>,
         queue_timeout: Option<Duration>,
     ) -> Result<Slot, AcquireError> {
+        self.acquire_sticky(client, None, exclude, queue_timeout)
+            .await
+    }
+
+    /// [`Self::acquire`] for a flow a stick table sends to server `sticky`
+    /// (`stick match`): that server when it takes persistent traffic (up,
+    /// not in maintenance; draining is fine, as HAProxy's) and is not
+    /// `exclude`d, waiting in its own queue while it is full; else the
+    /// algorithm's pick. The algorithm's state does not move for a sticky
+    /// pick.
+    pub async fn acquire_sticky(
+        self: &Arc<Self>,
+        client: SocketAddr,
+        sticky: Option<usize>,
+        exclude: Option<usize>,
+        queue_timeout: Option<Duration>,
+    ) -> Result<Slot, AcquireError> {
+        let sticky = sticky.filter(|&i| {
+            Some(i) != exclude && self.servers.get(i).is_some_and(|s| s.takes_sticky())
+        });
         let (id, rx) = {
             let mut st = self.lock();
             self.grant_waiting(&mut st);
-            let pin = match self.select(&mut st, client, exclude) {
+            let choice = match sticky {
+                Some(i) if self.servers[i].has_room() => Some(Choice::Server(i)),
+                Some(i) => Some(Choice::Pinned(i)),
+                None => self.select(&mut st, client, exclude),
+            };
+            let pin = match choice {
                 None => return Err(AcquireError::NoServer),
                 Some(Choice::Server(i)) => {
                     self.servers[i].take_slot();

@@ -652,6 +652,13 @@ impl ServerRt {
             && !self.is_stopping()
     }
 
+    /// May take a flow that sticks to it (`stick match`): HAProxy sends
+    /// persistent traffic to a server that is up and not in maintenance,
+    /// whatever its weight or drain state.
+    pub fn takes_sticky(&self) -> bool {
+        self.is_up() && !self.is_maint()
+    }
+
     /// Below its maxconn (always true when maxconn is 0).
     pub fn has_room(&self) -> bool {
         let max = self.maxconn();

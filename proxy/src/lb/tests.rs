@@ -104,6 +104,7 @@ fn backend_with(balance: Balance, servers: &[S], opts: BackendOpts) -> Arc<Backe
         line: Location::default(),
         opts,
         tcp_content: Vec::new(),
+        stick: vec![],
     })
 }
 
@@ -936,4 +937,50 @@ fn server_address_swaps_for_the_next_reader() {
     srv.set_addr(new);
     assert_eq!(srv.addr(), new);
     assert_eq!(take(&be, None).server().addr(), new);
+}
+
+// ---------------------------------------------------------------- stick tables
+
+/// Poll `acquire_sticky` once: the slot it gives at once, `None` when it queued.
+fn take_sticky(be: &Arc<BackendRt>, sticky: Option<usize>, exclude: Option<usize>) -> Option<Slot> {
+    let fut = pin!(be.acquire_sticky(cl(), sticky, exclude, None));
+    match poll_once(fut) {
+        Poll::Ready(r) => Some(r.expect("slot")),
+        Poll::Pending => None,
+    }
+}
+
+#[test]
+fn a_full_sticky_server_queues_the_flow_for_itself() {
+    let be = backend(Balance::RoundRobin, &[s(1).maxconn(1), s(1)]);
+    let held = take_sticky(&be, Some(0), None).expect("room");
+    assert!(take_sticky(&be, Some(0), None).is_none(), "waits for s0");
+    assert_eq!(be.servers[0].queue_cur(), 0, "the dropped waiter left");
+    drop(held);
+    assert_eq!(take_sticky(&be, Some(0), None).map(|s| s.index()), Some(0));
+}
+
+#[test]
+fn a_sticky_server_wins_over_the_algorithm_while_it_takes_traffic() {
+    let be = backend(Balance::RoundRobin, &[s(1), s(1), s(1).backup()]);
+    for _ in 0..4 {
+        assert_eq!(take_sticky(&be, Some(1), None).map(|s| s.index()), Some(1));
+    }
+    // A backup that sticks is used even while the actives are up (Galera).
+    assert_eq!(take_sticky(&be, Some(2), None).map(|s| s.index()), Some(2));
+    // Draining (weight 0) keeps persistent traffic, as HAProxy's.
+    be.servers[1].set_weight(0);
+    assert_eq!(take_sticky(&be, Some(1), None).map(|s| s.index()), Some(1));
+    // Down, in maintenance or excluded (a redispatch): the algorithm decides.
+    be.servers[1].set_up(false);
+    assert_eq!(take_sticky(&be, Some(1), None).map(|s| s.index()), Some(0));
+    be.servers[2].set_maint(true);
+    assert_eq!(take_sticky(&be, Some(2), None).map(|s| s.index()), Some(0));
+    be.servers[1].set_up(true);
+    be.servers[1].set_weight(1);
+    assert_eq!(
+        take_sticky(&be, Some(0), Some(0)).map(|s| s.index()),
+        Some(1),
+        "excluded"
+    );
 }

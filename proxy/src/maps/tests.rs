@@ -175,6 +175,7 @@ fn config_with_map(entries: &str) -> Config {
         line: Location::default(),
         opts: Default::default(),
         tcp_content: Vec::new(),
+        stick: vec![],
     };
     Config {
         backends: vec![be("a"), be("b")],

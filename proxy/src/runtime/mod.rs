@@ -4,7 +4,7 @@
 //!
 //! Owns nothing itself but the composition: the immutable configuration,
 //! the process's [`Facts`], the backends' runtime state (`lb`), the runtime
-//! maps, the traffic counters (`stats`), [`Admission`] (flow counts, limits,
+//! maps, the stick tables, the traffic counters (`stats`), [`Admission`] (flow counts, limits,
 //! the accept hold), the [`Lifecycle`] phase, the running [`Workers`] and
 //! the process's part in a reload ([`Handover`]).
 //! Each part keeps its fields private and changes only through its own
@@ -41,6 +41,8 @@ pub struct Runtime {
     pub backends: Vec<Arc<BackendRt>>,
     /// Runtime maps (routing by `map_ip`, edited by the CLI).
     pub maps: crate::maps::Maps,
+    /// Stick tables (`stick-table`), shared by every worker's flows.
+    pub tables: crate::stick::Tables,
     pub stats: Arc<Stats>,
     pub admission: Admission,
     pub lifecycle: Lifecycle,
@@ -74,6 +76,7 @@ impl Runtime {
         Self {
             backends: config.backends.iter().map(BackendRt::new).collect(),
             maps: crate::maps::Maps::new(&config),
+            tables: crate::stick::Tables::new(&config.tables),
             stats: Stats::new(&config, nbthread),
             admission: Admission::new(Limits::new(&config), accept_loops, held),
             lifecycle: Lifecycle::new(phase),

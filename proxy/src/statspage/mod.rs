@@ -222,6 +222,7 @@ async fn handle(ctx: &Arc<Ctx>, conn: Conn, req: Request<Incoming>) -> Response<
             sni: None,
             req: crate::config::acl::Request::NONE,
             counts: &*ctx.state,
+            stick: None,
         })
     });
     match *req.method() {

@@ -15,6 +15,7 @@ fn ctx<'a>(src: &str, dst: &str, sni: Option<&'a str>) -> AclCtx<'a> {
         sni,
         req: Request::NONE,
         counts: &NoCounts,
+        stick: None,
     }
 }
 

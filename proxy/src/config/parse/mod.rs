@@ -22,6 +22,7 @@ mod proxy;
 mod server;
 mod stats;
 mod stats_socket;
+mod stick;
 mod tcp_check;
 mod tcp_request;
 

@@ -93,6 +93,12 @@ pub struct ProxyDraft {
     pub tcp_connection: Vec<TcpConnRule>,
     /// `tcp-request content` rules, in order.
     pub tcp_content: Vec<ContentRule>,
+    /// The line of each `tcp_connection` rule (same index).
+    pub tcp_connection_locs: Vec<Location>,
+    /// `stick-table`: the proxy's own table.
+    pub stick_table: Option<TableSpec>,
+    /// `stick on|match|store-request` rules, in order.
+    pub stick_rules: Vec<StickRule>,
     /// Each address of each `bind` line, with that line's options.
     pub binds: Vec<(SocketAddr, BindOpts, Location)>,
     pub servers: Vec<ServerDraft>,
@@ -154,6 +160,9 @@ impl ProxyDraft {
             acls: Vec::new(),
             tcp_connection: Vec::new(),
             tcp_content: Vec::new(),
+            tcp_connection_locs: Vec::new(),
+            stick_table: None,
+            stick_rules: Vec::new(),
             binds: Vec::new(),
             servers: Vec::new(),
             default_server: ServerOpts::default(),
@@ -343,6 +352,8 @@ pub const PROXY: &[Keyword<ProxyDraft>] = &[
     Keyword::new(&["tcp-request", "content"],       ALL,    Args::Required, tcp_request::content),
     Keyword::new(&["tcp-request", "connection"],    FE,     Args::Required, tcp_request::connection),
     Keyword::new(&["acl"],                          FE_BE,  Args::Required, acl_line),
+    Keyword::new(&["stick-table"],                  ALL,    Args::Required, super::stick::stick_table),
+    Keyword::new(&["stick"],                        FE_BE,  Args::Required, super::stick::stick),
     Keyword::new(&["retries"],                      DEF_BE, Args::Required, retries),
     Keyword::new(&["option"],                       ALL,    Args::Required, option_other),
     Keyword::new(&["option", "redispatch"],         DEF_BE, Args::None,     redispatch),
@@ -404,7 +415,7 @@ const HTTP_ONLY_KEYWORDS: &[&str] = &[
 ];
 
 /// HAProxy proxy keywords built on ACLs or stick tables that shunt does not have yet.
-const ACL_KEYWORDS: &[&str] = &["tcp-response", "stick", "stick-table"];
+const ACL_KEYWORDS: &[&str] = &["tcp-response"];
 
 /// One line of a defaults/frontend/backend/listen section.
 pub fn line(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {

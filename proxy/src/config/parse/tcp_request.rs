@@ -79,24 +79,29 @@ pub fn content(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     Ok(())
 }
 
-/// `tcp-request connection accept|reject|expect-proxy layer4 [if|unless
-/// COND]`. A condition that fetches the TLS server name can never hold this
-/// early: HAProxy's warning.
+/// `tcp-request connection accept|reject|expect-proxy layer4|track-scN KEY
+/// [table T] [if|unless COND]`. A condition that fetches the TLS server name
+/// can never hold this early: HAProxy's warning.
 pub fn connection(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
+    // The words of the action: `expect-proxy` takes `layer4`, `track-scN` its key.
+    let mut at = 3;
     let action = match l.arg(2) {
         Some("accept") => TcpConnAction::Accept,
         Some("reject") => TcpConnAction::Reject,
         Some("expect-proxy") => TcpConnAction::ExpectProxy,
+        Some(a) if a.starts_with("track-sc") => {
+            let (t, next) = super::stick::track_sc(d, l, 2, "connection")?;
+            at = next;
+            TcpConnAction::TrackSc(t)
+        }
         got => {
             return Err(format!(
-                "'tcp-request connection' expects 'accept', 'reject' or 'expect-proxy' in frontend '{}' (got '{}'; shunt supports no other action).",
+                "'tcp-request connection' expects 'accept', 'reject', 'expect-proxy' or 'track-sc0'..'track-sc2' in frontend '{}' (got '{}'; shunt supports no other action).",
                 d.name,
                 got.unwrap_or("")
             ))
         }
     };
-    // The words of the action: `expect-proxy` takes `layer4`.
-    let mut at = 3;
     if action == TcpConnAction::ExpectProxy {
         if l.arg(3) != Some("layer4") {
             return Err(format!(
@@ -145,6 +150,7 @@ pub fn connection(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
         ));
     }
     d.tcp_connection.push(TcpConnRule { action, cond });
+    d.tcp_connection_locs.push(l.loc.clone());
     Ok(())
 }
 
