@@ -544,3 +544,61 @@ fn tracked_and_sticky_flows_still_go_to_the_kernel() {
     });
     assert!(cli(&sock, "show table be").contains("server_id=1 server_key=s1"));
 }
+
+/// `tcp-request content track-sc1` with a concurrent-connection limit.
+fn content_limit_config(port: u16, server: SocketAddr) -> String {
+    format!(
+        "global\n    stats socket @DIR@/admin.sock level admin\n\n{DEFAULTS}\n\
+         frontend fe\n    bind 127.0.0.1:{port}\n\
+         \x20   stick-table type ip size 100 expire 30s store conn_cur\n\
+         \x20   tcp-request inspect-delay 1s\n\
+         \x20   tcp-request content track-sc1 src\n\
+         \x20   tcp-request content reject if {{ sc1_conn_cur gt 2 }}\n\
+         \x20   default_backend be\n\nbackend be\n    server s1 {server}\n"
+    )
+}
+
+/// Two connections held open, a third refused, the third accepted again
+/// once one of the first two closed: `[true, true, false, true]`.
+fn content_limit_run(fe: SocketAddr) -> Vec<bool> {
+    let open = |s: &mut TcpStream| {
+        let mut tag = [0u8; 1];
+        matches!(s.read(&mut tag), Ok(1))
+    };
+    let mut a = connect_from([127, 0, 0, 1], fe);
+    let mut b = connect_from([127, 0, 0, 1], fe);
+    let mut seen = vec![open(&mut a), open(&mut b)];
+    let mut c = connect_from([127, 0, 0, 1], fe);
+    seen.push(open(&mut c));
+    drop(a);
+    // The proxy sees the close and releases the entry's conn_cur.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let mut d = connect_from([127, 0, 0, 1], fe);
+        if open(&mut d) || Instant::now() > deadline {
+            seen.push(Instant::now() <= deadline);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    seen
+}
+
+#[test]
+fn content_rules_track_and_limit_concurrent_connections_as_haproxy() {
+    let server = Server::tagged_echo(1);
+    let port = free_port();
+    let _shunt = Shunt::start(&content_limit_config(port, server.addr), &[]);
+    let ours = content_limit_run(SocketAddr::from(([127, 0, 0, 1], port)));
+    assert_eq!(
+        ours,
+        [true, true, false, true],
+        "two held, the third refused, then let in"
+    );
+    if haproxy_installed() {
+        let hport = free_port();
+        let h = Haproxy::start(&content_limit_config(hport, server.addr));
+        let theirs = content_limit_run(SocketAddr::from(([127, 0, 0, 1], hport)));
+        assert_eq!(ours, theirs, "HAProxy sees the same: {}", h.log());
+    }
+}

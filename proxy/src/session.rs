@@ -198,7 +198,9 @@ async fn wait_hello(inspect: &mut Inspect, client: &TcpStream, delay: Option<Dur
 /// The verdict of a proxy's `tcp-request content` rules, HAProxy's
 /// `tcp_inspect_request`: the rules run in order on the request bytes peeked
 /// so far; the first `accept` or `reject` whose condition holds decides, and
-/// none → accepted. A condition that more bytes could still decide (`Miss`:
+/// none → accepted; a `track-scN` rule whose condition holds tracks (in
+/// `tracker`, seen by the rules after it) and the walk goes on. A
+/// condition that more bytes could still decide (`Miss`:
 /// a payload shorter than asked, an incomplete ClientHello, `req.len` not
 /// matching yet) stops the walk until bytes arrive, the client closes, the
 /// buffer is full or `delay` (the proxy's `tcp-request inspect-delay`, from
@@ -206,7 +208,7 @@ async fn wait_hello(inspect: &mut Inspect, client: &TcpStream, delay: Option<Dur
 /// delay → one final run on what is there. Nothing is consumed.
 async fn content_rules(
     state: &Runtime,
-    stick: &dyn StickCtx,
+    tracker: &mut Tracker<'_>,
     rules: &[ContentRule],
     delay: Option<Duration>,
     (peer, dst): (SocketAddr, Option<SocketAddr>),
@@ -220,18 +222,22 @@ async fn content_rules(
     inspect.look(client);
     loop {
         let more = tokio::time::Instant::now() < deadline;
-        let ctx = AclCtx {
-            src: peer,
-            dst,
-            sni: inspect.sni(),
-            req: inspect.request(more),
-            counts: state,
-            stick: Some(stick),
-        };
         let mut undecided = false;
         for rule in rules {
+            let ctx = AclCtx {
+                src: peer,
+                dst,
+                sni: inspect.sni(),
+                req: inspect.request(more),
+                counts: state,
+                stick: Some(&*tracker),
+            };
             match rule.cond.as_ref().map_or(Some(true), |c| c.applies(&ctx)) {
-                Some(true) => return rule.action,
+                // Tracking twice is a no-op (a rerun after more bytes came).
+                Some(true) => match &rule.action {
+                    ContentAction::TrackSc(t) => track(tracker, t, peer, dst),
+                    decided => return decided.clone(),
+                },
                 Some(false) => {}
                 None => {
                     undecided = true;
@@ -701,7 +707,7 @@ pub fn run(
         let rules = &fe.tcp_content;
         if content_rules(
             &state,
-            &tracker,
+            &mut tracker,
             rules,
             delay,
             (peer, dst),
@@ -742,7 +748,7 @@ pub fn run(
         };
         if content_rules(
             &state,
-            &tracker,
+            &mut tracker,
             rules,
             delay,
             (peer, dst),

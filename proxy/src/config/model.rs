@@ -703,12 +703,15 @@ pub struct TcpConnRule {
 /// What a `tcp-request content` rule does when its condition holds. Open for
 /// more actions (`track-sc*`): a new variant is one arm in the parser and
 /// one in `session::content_rules`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ContentAction {
     /// Stop evaluating the content rules; the flow goes on to routing.
     Accept,
     /// Close the flow (counted in `dreq`, logged `PR`).
     Reject,
+    /// `track-scN KEY [table T]`: start tracking (the first rule for a
+    /// counter wins, here or in the connection rules) and go on.
+    TrackSc(TrackSc),
 }
 
 /// `tcp-request content accept|reject [if|unless COND]`.

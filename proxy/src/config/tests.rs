@@ -1504,7 +1504,8 @@ fn tcp_request_errors() {
     let cases: &[(&str, &str)] = &[
         ("tcp-request inspect-delay", "'tcp-request inspect-delay' expects a positive delay in milliseconds."),
         ("tcp-request inspect-delay 5s x", "'tcp-request inspect-delay' cannot handle unexpected argument 'x'."),
-        ("tcp-request content track-sc0 src", "'tcp-request content' expects 'accept' or 'reject' in frontend 'fe' (got 'track-sc0'; shunt supports no other action)."),
+        ("tcp-request content track-sc0 src table nope", "Proxy 'fe': unable to find table 'nope' referenced by track-sc0."),
+        ("tcp-request content bogus", "'tcp-request content' expects 'accept', 'reject' or 'track-sc0'..'track-sc2' in frontend 'fe' (got 'bogus'; shunt supports no other action)."),
         ("tcp-request content reject when", "'tcp-request content reject' only accepts 'if' or 'unless', in frontend 'fe' (got 'when')"),
         ("tcp-request content reject if { req.payload(0) -m bin 41 }", "'tcp-request content reject' : error detected in frontend 'fe' while parsing 'if' condition : fetch method 'req.payload' : missing arguments (got 1/2), type 'integer' expected in ACL expression 'req.payload(0)'"),
         ("tcp-request content reject if { req.payload(0,1) -m bin 4 }", "'tcp-request content reject' : error detected in frontend 'fe' while parsing 'if' condition : an even number of hex digit is expected"),
@@ -2142,7 +2143,7 @@ fn content_rules_land_in_their_proxy_and_resolve_proxy_arguments() {
     );
     let fe = &c.frontends[0];
     assert_eq!(fe.timeouts.inspect_delay, Some(Duration::from_secs(2)));
-    let actions: Vec<_> = fe.tcp_content.iter().map(|r| r.action).collect();
+    let actions: Vec<_> = fe.tcp_content.iter().map(|r| r.action.clone()).collect();
     assert_eq!(actions, [ContentAction::Reject, ContentAction::Accept]);
     let px = |r: &ContentRule| {
         r.cond

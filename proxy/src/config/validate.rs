@@ -403,10 +403,20 @@ fn content_rules(
         .map(|r| {
             let mut cond = complete(&r.cond, &d.acls);
             resolve_acl_tables(&mut cond, &d.name, &d.loc, tix, errors);
-            ContentRule {
-                action: r.action,
-                cond,
+            let mut action = r.action.clone();
+            if let ContentAction::TrackSc(t) = &mut action {
+                match tix(&t.table.name) {
+                    Some(i) => t.table.index = i,
+                    None => errors.push(ConfigError::Parse {
+                        at: t.table.at.clone(),
+                        msg: format!(
+                            "Proxy '{}': unable to find table '{}' referenced by track-sc{}.",
+                            d.name, t.table.name, t.sc
+                        ),
+                    }),
+                }
             }
+            ContentRule { action, cond }
         })
         .collect()
 }

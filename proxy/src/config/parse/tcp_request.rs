@@ -31,9 +31,15 @@ pub fn content(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
             "'tcp-request content' in a 'defaults' section is not supported by shunt (write the rules in the proxies)".to_string()
         });
     }
+    let mut at = 3;
     let action = match l.arg(2) {
         Some("accept") => ContentAction::Accept,
         Some("reject") => ContentAction::Reject,
+        Some(a) if a.starts_with("track-sc") => {
+            let (t, next) = super::stick::track_sc(d, l, 2, "content")?;
+            at = next;
+            ContentAction::TrackSc(t)
+        }
         Some("expect-proxy") => {
             return Err(format!(
                 "'expect-proxy layer4' is not allowed in 'tcp-request content' rules in {} '{}'",
@@ -43,7 +49,7 @@ pub fn content(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
         }
         got => {
             return Err(format!(
-                "'tcp-request content' expects 'accept' or 'reject' in {} '{}' (got '{}'; shunt supports no other action).",
+                "'tcp-request content' expects 'accept', 'reject' or 'track-sc0'..'track-sc2' in {} '{}' (got '{}'; shunt supports no other action).",
                 d.kind.type_str(),
                 d.name,
                 got.unwrap_or("")
@@ -51,14 +57,14 @@ pub fn content(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
         }
     };
     let act = l.args[2].as_str();
-    let cond = match l.arg(3) {
+    let cond = match l.arg(at) {
         None => None,
-        Some("if" | "unless") => Some(acl::parse_cond(&l.args[3..], &d.acls, l.loc).map_err(|e| {
+        Some("if" | "unless") => Some(acl::parse_cond(&l.args[at..], &d.acls, l.loc).map_err(|e| {
             format!(
                 "'tcp-request content {act}' : error detected in {} '{}' while parsing '{}' condition : {e}",
                 d.kind.type_str(),
                 d.name,
-                l.args[3]
+                l.args[at]
             )
         })?),
         Some(w) => {
