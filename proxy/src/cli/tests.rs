@@ -44,6 +44,7 @@ fn server(name: &str, id: u32, port: u16, check: bool) -> Server {
         pool: Default::default(),
         send_proxy: Default::default(),
         source: None,
+        tls: None,
     }
 }
 

@@ -39,6 +39,7 @@ use super::{acl, addr, model, units};
 
 pub use global::GlobalDraft;
 pub use proxy::{Kind, ProxyDraft, UseBackendDraft};
+pub use server::ServerDraft;
 
 /// Upper bound for any `maxconn`: far above what one host can hold, low
 /// enough that per-connection tables sized from it stay allocatable.

@@ -1,0 +1,1 @@
+//! TLS termination (placeholder until the tests land in this branch).
