@@ -46,3 +46,4 @@ pub mod session;
 pub mod sni;
 pub mod stats;
 pub mod sys;
+pub mod tls;

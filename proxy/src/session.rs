@@ -1,7 +1,13 @@
 //! One flow, top to bottom: accept → `tcp-request connection` rules → the
-//! PROXY header (`accept-proxy`, `expect-proxy`) → route → pick a server
-//! (queue) → connect (retries, redispatch; `send-proxy` writes the header) →
-//! hand off → account → close.
+//! PROXY header (`accept-proxy`, `expect-proxy`) → the TLS handshake (`bind
+//! ... ssl`) → route → pick a server (queue) → connect (retries, redispatch;
+//! `send-proxy` writes the header; `server ... ssl` its handshake) → hand
+//! off → account → close.
+//!
+//! A flow with TLS on either side holds its sockets as `handoff::tls::Stream`
+//! (the TLS state boxed, so a plain flow's future is no larger) and is
+//! forwarded by `handoff::tls::forward_tls`, boxed; a plain flow takes
+//! `handoff::forward` as before.
 //!
 //! The client's address is `peer` and the address it reached `dst`, both
 //! taken once, after the PROXY header if one is read; from then on every
@@ -25,6 +31,7 @@ use tokio::net::TcpStream;
 use crate::config::{
     AclCtx, Backend, ForwardMode, Frontend, ProxyVersion, TcpConnAction, UseBackend,
 };
+use crate::handoff::tls::Stream;
 use crate::handoff::{self, End, Meter, Mode, Plan, Promote};
 use crate::lb::spares::{ConnectError, ConnectOpts};
 use crate::lb::AcquireError;
@@ -103,12 +110,15 @@ impl Meter for FlowMeter<'_> {
 /// that needs the name (an SNI map or a `req.ssl_sni` condition) is reached. The map
 /// lookup is one lock-free load and a hash probe per prefix length in use, or per label
 /// for `map_dom` (`maps/table.rs`); a condition is a walk of its compiled tree.
+///
+/// On a `bind ... ssl` listener the name is the one of the handshake shunt
+/// terminated (nothing is peeked: the socket carries TLS records).
 async fn route(
     state: &Runtime,
     fe: &Frontend,
     peer: SocketAddr,
     dst: Option<SocketAddr>,
-    client: &TcpStream,
+    client: &Stream,
 ) -> Option<usize> {
     // Outer `None`: not peeked yet.
     let mut sni: Option<Option<String>> = None;
@@ -116,7 +126,10 @@ async fn route(
         let wants_sni = matches!(rule, UseBackend::SniMap { .. })
             || cond.as_ref().is_some_and(|c| c.uses_sni());
         if wants_sni && sni.is_none() {
-            sni = Some(peek_sni(client, fe.timeouts.inspect_delay).await);
+            sni = Some(match client {
+                Stream::Accepted(t) => t.get_ref().1.server_name().map(str::to_string),
+                other => peek_sni(other.tcp(), fe.timeouts.inspect_delay).await,
+            });
         }
         let name = sni.as_ref().and_then(|s| s.as_deref());
         if let Some(c) = cond {
@@ -265,6 +278,98 @@ fn take_header(client: &TcpStream) -> std::io::Result<Result<proxy_proto::Header
     )
 }
 
+/// The client's TLS server name: from the handshake shunt terminated, else
+/// from its peeked ClientHello ([`peek_sni`]).
+async fn client_sni(client: &Stream, delay: Option<Duration>) -> Option<String> {
+    match client {
+        Stream::Accepted(t) => t.get_ref().1.server_name().map(str::to_string),
+        other => peek_sni(other.tcp(), delay).await,
+    }
+}
+
+/// Why a client's TLS handshake failed; `Display` is HAProxy's log message
+/// (`CO_ER_SSL_*`).
+#[derive(Debug, thiserror::Error)]
+enum HandshakeError {
+    #[error("Connection closed during SSL handshake")]
+    Empty,
+    #[error("Connection error during SSL handshake")]
+    Abort(#[source] std::io::Error),
+    #[error("Timeout during SSL handshake")]
+    Timeout,
+    #[error("SSL handshake failure")]
+    Failure(#[source] std::io::Error),
+}
+
+impl HandshakeError {
+    /// The client sent nothing usable: not logged with `option dontlognull`.
+    fn null(&self) -> bool {
+        matches!(self, HandshakeError::Empty | HandshakeError::Abort(_))
+    }
+}
+
+/// Bound on a client's TLS handshake when the frontend has no `timeout
+/// client` (HAProxy would wait for ever): as the PROXY header's.
+const HANDSHAKE_WAIT_DEFAULT: Duration = PROXY_WAIT_DEFAULT;
+
+/// Terminate the client's TLS within `limit` (`timeout client`, as HAProxy).
+async fn accept_tls(
+    acceptor: &tokio_rustls::TlsAcceptor,
+    client: TcpStream,
+    limit: Option<Duration>,
+) -> Result<Stream, HandshakeError> {
+    let limit = limit.unwrap_or(HANDSHAKE_WAIT_DEFAULT);
+    match tokio::time::timeout(limit, acceptor.accept(client)).await {
+        Err(_) => Err(HandshakeError::Timeout),
+        Ok(Ok(s)) => Ok(Stream::Accepted(Box::new(s))),
+        Ok(Err(e)) => Err(match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => HandshakeError::Empty,
+            std::io::ErrorKind::InvalidData => HandshakeError::Failure(e),
+            _ => HandshakeError::Abort(e),
+        }),
+    }
+}
+
+/// Open TLS on `conn`, a fresh connection to a `server ... ssl`, within the
+/// connect timeout (HAProxy counts the handshake as part of connecting): a
+/// failure is a failed connect of that server, retried as one.
+async fn connect_tls(
+    tc: &crate::tls::Connector,
+    conn: TcpStream,
+    client: &Stream,
+    inspect_delay: Option<Duration>,
+    timeout: Option<Duration>,
+) -> Result<Stream, ConnectError> {
+    let addr = conn
+        .peer_addr()
+        .map_err(|source| ConnectError::Internal {
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            source,
+        })?;
+    let sni = match tc.settings.sni {
+        Some(crate::config::SniExpr::Client) => client_sni(client, inspect_delay).await,
+        _ => None,
+    };
+    let name = crate::tls::server_name(&tc.settings, sni.as_deref(), addr.ip());
+    let hs = tc.connector.connect(name, conn);
+    let done = match timeout {
+        Some(t) => tokio::time::timeout(t, hs)
+            .await
+            .map_err(|_| ConnectError::Timeout { addr, after: t })?,
+        None => hs.await,
+    };
+    match done {
+        Ok(s) => Ok(Stream::Connected(Box::new(s))),
+        Err(e) => {
+            tracing::warn!(server = %addr, error = %e, "SSL handshake failure with server");
+            Err(ConnectError::Server {
+                addr,
+                source: std::io::Error::new(e.kind(), format!("SSL handshake failure: {e}")),
+            })
+        }
+    }
+}
+
 /// Peek buffer for the ClientHello: one full TLS record with its header.
 const SNI_PEEK_MAX: usize = crate::sni::MAX_HELLO_BYTES;
 /// Pause between two peeks while a ClientHello is partly there: a socket with queued
@@ -346,7 +451,29 @@ fn choose_plan(state: &Runtime, fe: &Frontend, be: &Backend) -> Plan {
 /// this flow's client (the rule for pools and `send-proxy`). A spare that
 /// cannot take it is dropped for a fresh connect; a fresh one that cannot is
 /// a failed connect (`ConnectError::Server`), retried as one.
+///
+/// `tls` (`server ... ssl`: its connector, the flow's client for `sni
+/// req.ssl_sni`, the inspect delay) opens TLS on the connection, spare or
+/// fresh, within the same timeout.
 async fn connect_server(
+    rt: &crate::lb::ServerRt,
+    timeout: Option<Duration>,
+    opts: ConnectOpts,
+    header: Option<&Encoded>,
+    tls: Option<(&crate::tls::Connector, &Stream, Option<Duration>)>,
+) -> Result<Stream, ConnectError> {
+    let conn = connect_tcp(rt, timeout, opts, header).await?;
+    match tls {
+        None => Ok(Stream::Plain(conn)),
+        Some((tc, client, delay)) => {
+            let hs = Box::pin(connect_tls(tc, conn, client, delay, timeout));
+            hs.await
+        }
+    }
+}
+
+/// The TCP part of [`connect_server`].
+async fn connect_tcp(
     rt: &crate::lb::ServerRt,
     timeout: Option<Duration>,
     opts: ConnectOpts,
@@ -440,6 +567,18 @@ fn proxy_header(
     })
 }
 
+/// Both sockets, when neither carries TLS.
+#[allow(clippy::type_complexity)]
+fn plain_pair(
+    client: Stream,
+    server: Stream,
+) -> Result<(TcpStream, TcpStream), (Stream, Stream)> {
+    match (client, server) {
+        (Stream::Plain(c), Stream::Plain(s)) => Ok((c, s)),
+        other => Err(other),
+    }
+}
+
 /// Fresh connects restarted because the server's address changed under them.
 const MAX_ADDR_CHANGE_RETRIES: usize = 3;
 
@@ -501,6 +640,31 @@ pub fn run(
                 }
             }
         }
+        // `bind ... ssl`: terminate first. As HAProxy, a failed handshake is
+        // no session, logged once with the listener (`session_kill_embryonic`).
+        let client = match state.tls.acceptor(fe_idx, bind) {
+            None => Stream::Plain(client),
+            Some(acceptor) => {
+                let hs = Box::pin(accept_tls(acceptor, client, fe.timeouts.client));
+                match hs.await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let label = opts.map(|o| o.label()).unwrap_or_default();
+                        tracing::debug!(frontend = %fe.name, %peer, error = %e, source = ?std::error::Error::source(&e), "TLS handshake failed");
+                        crate::log::connection_error(
+                            &state,
+                            fe_idx,
+                            peer,
+                            accepted,
+                            &label,
+                            &e,
+                            e.null(),
+                        );
+                        return;
+                    }
+                }
+            }
+        };
         // The traffic log line, emitted when this drops: declared before the
         // gauges so that it drops last (HAProxy's end-of-flow counts).
         let mut log = FlowGuard::accepted_at(&state, fe_idx, peer, dst, accepted);
@@ -508,7 +672,7 @@ pub fn run(
         let _fe_open = Open::new(fe_ctr);
         if fe.clitcpka {
             // `option clitcpka`: a failure only loses the probes, not the flow.
-            if let Err(e) = socket2::SockRef::from(&client).set_keepalive(true) {
+            if let Err(e) = socket2::SockRef::from(client.tcp()).set_keepalive(true) {
                 tracing::debug!(frontend = %fe.name, %peer, error = %e, "cannot set SO_KEEPALIVE");
             }
         }
@@ -571,12 +735,17 @@ pub fn run(
                 .servers
                 .get(srv_idx)
                 .and_then(|c| proxy_header(c.send_proxy.version(), peer, dst));
+            let tls = state
+                .tls
+                .connector(be_idx, srv_idx)
+                .map(|tc| (tc, &client, fe.timeouts.inspect_delay));
             let connected =
-                connect_server(s.server(), be.timeouts.connect, opts, header.as_ref()).await;
+                connect_server(s.server(), be.timeouts.connect, opts, header.as_ref(), tls).await;
             crate::checks::observe::report(&state, be_idx, srv_idx, connected.is_ok());
             match connected {
                 Ok(conn) => {
-                    log.connected(conn.peer_addr().ok(), conn.local_addr().ok());
+                    let tcp = conn.tcp();
+                    log.connected(tcp.peer_addr().ok(), tcp.local_addr().ok());
                     srv_ctr.event(Event::Session);
                     server = Some(conn);
                     slot = Some(s);
@@ -640,39 +809,119 @@ pub fn run(
             consumed,
         };
         let plan = choose_plan(&state, fe, be);
-        let server_addr = server.peer_addr().ok();
-        let fd_server = std::os::fd::AsRawFd::as_raw_fd(&server);
+        let tls = !matches!((&client, &server), (Stream::Plain(_), Stream::Plain(_)));
+        let server_addr = server.tcp().peer_addr().ok();
+        let fd_server = std::os::fd::AsRawFd::as_raw_fd(server.tcp());
         flows::update(flow, |f| {
             f.srv = Some(srv_idx);
             f.server = server_addr;
             f.fd_server = fd_server;
-            f.mode = Some(plan.name());
+            // A TLS flow is copied (no kTLS: see `handoff::tls`).
+            f.mode = Some(if tls { Mode::Copy.name() } else { plan.name() });
         });
-        let out = handoff::forward(
-            &state.forwarding,
-            client,
-            server,
-            Vec::new(),
-            plan,
-            crate::runtime::flow::timeouts(fe, be),
-            &meter,
+        let ctrs = [fe_ctr, be_ctr, srv_ctr];
+        let srv_name = slot.server().name.as_str();
+        // Plain or TLS (boxed, so a plain flow keeps no room for it), awaited
+        // at one point.
+        let fwd = match plain_pair(client, server) {
+            Ok((client, server)) => handoff::tls::Either::Plain {
+                f: handoff::forward(
+                    &state.forwarding,
+                    client,
+                    server,
+                    Vec::new(),
+                    plan,
+                    crate::runtime::flow::timeouts(fe, be),
+                    &meter,
+                ),
+            },
+            Err((client, server)) => handoff::tls::Either::Tls {
+                f: Box::pin(handoff::tls::forward_tls(
+                    client,
+                    server,
+                    crate::runtime::flow::timeouts(fe, be),
+                    &meter,
+                )),
+            },
+        };
+        let out = fwd.await;
+        closed(&state, &out, &mut log, ctrs, (fe, be, srv_name, peer));
+    }
+}
+
+/// A forwarded flow's end: its accounting (`runtime::flow::account_end`,
+/// the log line) and the debug trace. `who`: frontend, backend, server name
+/// and client, for the trace.
+fn closed(
+    state: &Arc<Runtime>,
+    out: &handoff::Outcome,
+    log: &mut FlowGuard,
+    ctrs: [&Counters; 3],
+    who: (&Frontend, &Backend, &str, SocketAddr),
+) {
+    let (fe, be, srv, peer) = who;
+    if let End::Error { origin, source } = &out.end {
+        tracing::debug!(?origin, error = %source, "flow ended with an error");
+    }
+    crate::runtime::flow::account_end(state, out, Some(log), Some(ctrs));
+    tracing::debug!(
+        frontend = %fe.name, backend = %be.name, server = %srv, %peer,
+        to_server = out.to_server, to_client = out.to_client, mode = ?out.mode, end = ?out.end,
+        promoted_after = ?out.promoted,
+        origin = ?out.end.origin(),
+        "flow closed"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Room of a flow's future as built for a plain flow, measured in the
+    /// build the test runs in (the release figures are in
+    /// docs/architecture.md, "Memory of an idle flow").
+    fn run_future_size() -> usize {
+        let loaded = crate::config::parse_str(
+            "t.cfg",
+            "defaults\n mode tcp\n timeout client 1s\n timeout server 1s\n timeout connect 1s\n\
+             listen l\n bind 127.0.0.1:1\n server s 127.0.0.1:2\n",
         )
-        .await;
-        if let End::Error { origin, source } = &out.end {
-            tracing::debug!(?origin, error = %source, "flow ended with an error");
-        }
-        crate::runtime::flow::account_end(
-            &state,
-            &out,
-            Some(&mut log),
-            Some([fe_ctr, be_ctr, srv_ctr]),
+        .expect("config");
+        let (_tx, rx) = tokio::sync::watch::channel(crate::runtime::Phase::Running);
+        let state = Arc::new(Runtime::new(
+            Arc::new(loaded.config),
+            crate::runtime::Facts::new(ForwardMode::Auto, "test".into(), 1),
+            None,
+            rx,
+            0,
+            false,
+            Default::default(),
+        ));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let addr = l.local_addr().expect("addr");
+            let c = TcpStream::connect(addr).await.expect("connect");
+            let peer = c.local_addr().expect("local");
+            let fut = run(state, 0, 0, c, peer, 0);
+            std::mem::size_of_val(&fut)
+        })
+    }
+
+    #[test]
+    fn plain_flow_future_size() {
+        let n = run_future_size();
+        eprintln!("session::run future: {n} B");
+        eprintln!(
+            "Stream {} TcpStream {}",
+            std::mem::size_of::<Stream>(),
+            std::mem::size_of::<TcpStream>()
         );
-        tracing::debug!(
-            frontend = %fe.name, backend = %be.name, server = %slot.server().name, %peer,
-            to_server = out.to_server, to_client = out.to_client, mode = ?out.mode, end = ?out.end,
-            promoted_after = ?out.promoted,
-            origin = ?out.end.origin(),
-            "flow closed"
-        );
+        assert!(n > 0);
     }
 }

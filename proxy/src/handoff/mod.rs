@@ -21,6 +21,7 @@ mod pool;
 pub mod promote;
 pub mod sockmap;
 mod splice;
+pub mod tls;
 #[cfg(test)]
 mod tests;
 
