@@ -350,7 +350,10 @@ fn server_ssl_verify_required_reaches_a_tls_server_and_refuses_a_wrong_ca() {
     c.set_read_timeout(Some(IO_LIMIT)).expect("timeout");
     std::io::Write::write_all(&mut c, b"hello").expect("write");
     let back = read_to_end(&mut c).unwrap_or_default();
-    assert!(back.is_empty(), "a server that failed verification answered");
+    assert!(
+        back.is_empty(),
+        "a server that failed verification answered"
+    );
     let t0 = Instant::now();
     while !shunt.stderr().contains("SSL handshake failure with server") {
         assert!(
@@ -429,7 +432,10 @@ fn shunt_and_haproxy_agree_on_the_tls_samples() {
                 .find_map(|l| l.split_once("config : ").map(|(_, m)| m.to_string()))
                 .expect("haproxy's alert");
             let s_err = String::from_utf8_lossy(&s.stderr);
-            assert!(s_err.contains(&first), "{name}: haproxy: {first}\nshunt: {s_err}");
+            assert!(
+                s_err.contains(&first),
+                "{name}: haproxy: {first}\nshunt: {s_err}"
+            );
         }
         seen += 1;
     }
@@ -469,7 +475,10 @@ fn a_reload_serves_the_new_contents_of_the_certificate_file() {
     assert!(served() == der_a, "the first process does not serve A");
     std::fs::write(&crt, &b).expect("replace certificate");
     // The running process read its certificates at start: still A.
-    assert!(served() == der_a, "the certificate changed without a reload");
+    assert!(
+        served() == der_a,
+        "the certificate changed without a reload"
+    );
     let sock = shared.path().join("admin.sock").display().to_string();
     let old_pid = pid_in(&shared.path().join("shunt.pid")).to_string();
     let new = Shunt::start(&cfg, &["-x", &sock, "-sf", &old_pid]);
@@ -483,4 +492,59 @@ fn a_reload_serves_the_new_contents_of_the_certificate_file() {
         "after the reload, not B:\n{}",
         plain(&new.stderr())
     );
+}
+
+#[test]
+fn a_failed_handshake_closes_only_its_connection_and_is_logged() {
+    let ca = Ca::new("shunt test CA");
+    let certs = TempDir::new("tls-hsfail");
+    let (pem, _) = ca.leaf(&["a.test"]);
+    let crt = write(certs.path(), "a.pem", &pem);
+    let echo = Server::echo();
+    let (port, slow_port) = (free_port(), free_port());
+    let cfg = format!(
+        "global\n    stats socket @DIR@/admin.sock level admin\n\n{DEFAULTS}\
+         frontend fe\n    log stderr format raw local0\n    bind 127.0.0.1:{port} ssl crt {crt}\n    default_backend be\n\n\
+         frontend slow\n    log stderr format raw local0\n    timeout client 500ms\n    bind 127.0.0.1:{slow_port} ssl crt {crt}\n    default_backend be\n\n\
+         backend be\n    server s1 {}\n",
+        echo.addr
+    );
+    let shunt = Shunt::start(&cfg, &[]);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let slow = SocketAddr::from(([127, 0, 0, 1], slow_port));
+    rt().block_on(async {
+        // A flow in the middle of its life while the bad ones come and go.
+        let mut good = tls_connect(addr, "a.test", client_config(&ca, &[])).await;
+        // Not TLS at all.
+        let mut junk = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        junk.write_all(b"GET / HTTP/1.0\r\n\r\n")
+            .await
+            .expect("write junk");
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(IO_LIMIT, junk.read_to_end(&mut rest)).await;
+        // Silent: closed at `timeout client` (of its own frontend).
+        let t0 = Instant::now();
+        let mut silent = tokio::net::TcpStream::connect(slow).await.expect("connect");
+        let n = tokio::time::timeout(IO_LIMIT, silent.read(&mut [0u8; 1]))
+            .await
+            .expect("closed in time");
+        assert!(matches!(n, Ok(0) | Err(_)), "nothing sent: {n:?}");
+        let waited = t0.elapsed();
+        assert!(
+            waited >= Duration::from_millis(400),
+            "closed before timeout client: {waited:?}"
+        );
+        // The good flow still works.
+        good.write_all(b"still here").await.expect("write");
+        let mut back = [0u8; 10];
+        good.read_exact(&mut back).await.expect("echo");
+        assert_eq!(&back, b"still here");
+    });
+    eventually("the log lines", Duration::from_secs(10), || {
+        let log = shunt.stderr();
+        log.contains("fe/1: SSL handshake failure")
+            && log.contains("slow/1: Timeout during SSL handshake")
+    });
+    // As HAProxy: an embryonic connection is no session.
+    assert_eq!(stat(&shunt.sock(), "fe", "FRONTEND", "stot"), 1);
 }

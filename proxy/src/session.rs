@@ -340,12 +340,10 @@ async fn connect_tls(
     inspect_delay: Option<Duration>,
     timeout: Option<Duration>,
 ) -> Result<Stream, ConnectError> {
-    let addr = conn
-        .peer_addr()
-        .map_err(|source| ConnectError::Internal {
-            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
-            source,
-        })?;
+    let addr = conn.peer_addr().map_err(|source| ConnectError::Internal {
+        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        source,
+    })?;
     let sni = match tc.settings.sni {
         Some(crate::config::SniExpr::Client) => client_sni(client, inspect_delay).await,
         _ => None,
@@ -569,10 +567,7 @@ fn proxy_header(
 
 /// Both sockets, when neither carries TLS.
 #[allow(clippy::type_complexity)]
-fn plain_pair(
-    client: Stream,
-    server: Stream,
-) -> Result<(TcpStream, TcpStream), (Stream, Stream)> {
+fn plain_pair(client: Stream, server: Stream) -> Result<(TcpStream, TcpStream), (Stream, Stream)> {
     match (client, server) {
         (Stream::Plain(c), Stream::Plain(s)) => Ok((c, s)),
         other => Err(other),

@@ -21,9 +21,9 @@ mod pool;
 pub mod promote;
 pub mod sockmap;
 mod splice;
-pub mod tls;
 #[cfg(test)]
 mod tests;
+pub mod tls;
 
 use std::future::Future;
 use std::io;

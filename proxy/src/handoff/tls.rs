@@ -190,7 +190,12 @@ pub async fn forward_tls(
 
 /// One direction: read a chunk, write it whole and flush it (a TLS writer
 /// holds records until flushed), until EOF; then shut the peer down.
-async fn direction<R, W>(flow: &Flow<'_>, dir: Dir, from: &mut R, to: &mut W) -> Result<(), DirError>
+async fn direction<R, W>(
+    flow: &Flow<'_>,
+    dir: Dir,
+    from: &mut R,
+    to: &mut W,
+) -> Result<(), DirError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
