@@ -822,6 +822,7 @@ async fn accept_loop(state: Arc<Runtime>, fe_idx: usize, bind: usize, listener: 
                 let task = scheduler::spawn(Class::Normal, scheduler::FLOW_TASK, async move {
                     let _guard = guard;
                     let _reg = reg;
+                    let sock = crate::handoff::tls::Stream::Plain(sock);
                     crate::session::run(st, fe_idx, bind, sock, peer, id).await;
                 });
                 crate::stats::flows::set_task(id, task);

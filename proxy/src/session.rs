@@ -453,19 +453,25 @@ fn choose_plan(state: &Runtime, fe: &Frontend, be: &Backend) -> Plan {
 /// `tls` (`server ... ssl`: its connector, the flow's client for `sni
 /// req.ssl_sni`, the inspect delay) opens TLS on the connection, spare or
 /// fresh, within the same timeout.
-async fn connect_server(
-    rt: &crate::lb::ServerRt,
+///
+/// Not an `async fn`: one would keep its arguments twice in the flow's
+/// future (as arguments and as the body's locals).
+#[allow(clippy::manual_async_fn)]
+fn connect_server<'a>(
+    rt: &'a crate::lb::ServerRt,
     timeout: Option<Duration>,
     opts: ConnectOpts,
-    header: Option<&Encoded>,
-    tls: Option<(&crate::tls::Connector, &Stream, Option<Duration>)>,
-) -> Result<Stream, ConnectError> {
-    let conn = connect_tcp(rt, timeout, opts, header).await?;
-    match tls {
-        None => Ok(Stream::Plain(conn)),
-        Some((tc, client, delay)) => {
-            let hs = Box::pin(connect_tls(tc, conn, client, delay, timeout));
-            hs.await
+    header: Option<&'a Encoded>,
+    tls: Option<(&'a crate::tls::Connector, &'a Stream, Option<Duration>)>,
+) -> impl Future<Output = Result<Stream, ConnectError>> + use<'a> {
+    async move {
+        let conn = connect_tcp(rt, timeout, opts, header).await?;
+        match tls {
+            None => Ok(Stream::Plain(conn)),
+            Some((tc, client, delay)) => {
+                let hs = Box::pin(connect_tls(tc, conn, client, delay, timeout));
+                hs.await
+            }
         }
     }
 }
@@ -577,7 +583,9 @@ fn plain_pair(client: Stream, server: Stream) -> Result<(TcpStream, TcpStream), 
 /// Fresh connects restarted because the server's address changed under them.
 const MAX_ADDR_CHANGE_RETRIES: usize = 3;
 
-/// Run one client flow accepted on bind address `bind` of frontend `fe_idx`;
+/// Run one client flow accepted on bind address `bind` of frontend `fe_idx`
+/// (`client` as accepted: `Stream::Plain`; a `bind ... ssl` flow's handshake
+/// replaces it in place, so no second socket slot is kept in the future);
 /// `flow` is its id in this worker's registry (`stats::flows`), kept up to
 /// date as the flow progresses.
 ///
@@ -588,7 +596,7 @@ pub fn run(
     state: Arc<Runtime>,
     fe_idx: usize,
     bind: usize,
-    client: TcpStream,
+    mut client: Stream,
     mut peer: SocketAddr,
     flow: u64,
 ) -> impl Future<Output = ()> {
@@ -596,7 +604,7 @@ pub fn run(
         let fe = &state.config.frontends[fe_idx];
         let fe_ctr = &state.stats.frontends[fe_idx];
         let accepted = SystemTime::now();
-        let mut dst = client.local_addr().ok();
+        let mut dst = client.tcp().local_addr().ok();
         let Some(expect_proxy) = connection_rules(fe, peer, dst) else {
             // As HAProxy: counted in the frontend's denied connections, never a
             // session, never logged; dropping the socket closes it.
@@ -607,7 +615,7 @@ pub fn run(
         let mut consumed = 0;
         let opts = fe.bind_opts.get(bind);
         if expect_proxy || opts.is_some_and(|o| o.accept_proxy) {
-            match read_proxy_header(&client, fe.timeouts.client).await {
+            match read_proxy_header(client.tcp(), fe.timeouts.client).await {
                 Ok(h) => {
                     consumed = h.len as u64;
                     if let Some((src, to)) = h.addrs {
@@ -630,16 +638,16 @@ pub fn run(
                         &e,
                         e.null(),
                     );
-                    let _ = crate::sys::sock::set_linger_reset(client.as_fd());
+                    let _ = crate::sys::sock::set_linger_reset(client.tcp().as_fd());
                     return;
                 }
             }
         }
         // `bind ... ssl`: terminate first. As HAProxy, a failed handshake is
         // no session, logged once with the listener (`session_kill_embryonic`).
-        let client = match state.tls.acceptor(fe_idx, bind) {
-            None => Stream::Plain(client),
-            Some(acceptor) => {
+        client = match (state.tls.acceptor(fe_idx, bind), client) {
+            (None, c) | (_, c @ (Stream::Accepted(_) | Stream::Connected(_))) => c,
+            (Some(acceptor), Stream::Plain(client)) => {
                 let hs = Box::pin(accept_tls(acceptor, client, fe.timeouts.client));
                 match hs.await {
                     Ok(s) => s,
@@ -903,7 +911,7 @@ mod tests {
             let addr = l.local_addr().expect("addr");
             let c = TcpStream::connect(addr).await.expect("connect");
             let peer = c.local_addr().expect("local");
-            let fut = run(state, 0, 0, c, peer, 0);
+            let fut = run(state, 0, 0, Stream::Plain(c), peer, 0);
             std::mem::size_of_val(&fut)
         })
     }
