@@ -103,9 +103,10 @@ impl AsyncWrite for Stream {
 }
 
 pin_project_lite::pin_project! {
-    /// The forwarding of a flow, plain or TLS, as one future, so the session
-    /// awaits it at one point: a second await point would keep the flow's
-    /// locals apart in its future for every plain flow too.
+    /// One of two futures, awaited at one point: the session's plain path
+    /// and its TLS path (boxed) as one future, since a second await point
+    /// would keep the flow's locals apart in its future for every plain
+    /// flow too.
     #[project = EitherProj]
     pub enum Either<P, T> {
         Plain { #[pin] f: P },
@@ -113,17 +114,28 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<P, T> std::future::Future for Either<P, T>
-where
-    P: std::future::Future<Output = Outcome>,
-    T: std::future::Future<Output = Outcome>,
-{
-    type Output = Outcome;
+/// What an [`Either`] gave: which path, and its output.
+pub enum Which<A, B> {
+    Plain(A),
+    Tls(B),
+}
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+impl<A> Which<A, A> {
+    /// The output, whichever path gave it.
+    pub fn merge(self) -> A {
+        match self {
+            Which::Plain(a) | Which::Tls(a) => a,
+        }
+    }
+}
+
+impl<P: std::future::Future, T: std::future::Future> std::future::Future for Either<P, T> {
+    type Output = Which<P::Output, T::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
-            EitherProj::Plain { f } => f.poll(cx),
-            EitherProj::Tls { f } => f.poll(cx),
+            EitherProj::Plain { f } => f.poll(cx).map(Which::Plain),
+            EitherProj::Tls { f } => f.poll(cx).map(Which::Tls),
         }
     }
 }
