@@ -82,6 +82,8 @@ pub enum DaemonError {
     Metrics(#[from] crate::metrics::MetricsError),
     #[error(transparent)]
     StatsPage(#[from] crate::statspage::StatsPageError),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// Options from the command line that override the configuration.
@@ -370,6 +372,13 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         None => crate::listeners::Inherited::default(),
     };
     let (kernel, bpf_status) = load_bpf(&config, forward_mode, opts.xfer_socket.is_some())?;
+    // Before any chroot: the kernel's ULP list is under /proc.
+    let tls = crate::tls::Contexts::build(&config, crate::tls::KernelTls::detect())?;
+    if tls.any() && tls.kernel() == crate::tls::KernelTls::Missing {
+        tracing::warn!(
+            "TLS flows are forwarded in userspace: the kernel has no 'tls' ULP (kTLS, CONFIG_TLS)"
+        );
+    }
     let listeners = crate::listeners::bind_frontends(&config, nbthread, &mut inherited)?;
     let prometheus = crate::listeners::bind_prometheus(&config, &mut inherited)?;
     let stats_pages = crate::listeners::bind_stats_pages(&config, &mut inherited)?;
@@ -414,7 +423,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     }
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
     // Accepting held until the take-over (stage 3) is done.
-    let state = Arc::new(Runtime::new(
+    let mut runtime = Runtime::new(
         config.clone(),
         Facts::new(forward_mode, bpf_status, nbthread),
         kernel,
@@ -422,7 +431,9 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         listeners.iter().map(Vec::len).sum(),
         true,
         handover,
-    ));
+    );
+    runtime.tls = tls;
+    let state = Arc::new(runtime);
     // Before any worker starts: the first checks and flows see the restored state.
     crate::checks::state_file::load(&state);
     crate::pool::init(&state);
@@ -827,6 +838,7 @@ async fn accept_loop(state: Arc<Runtime>, fe_idx: usize, bind: usize, listener: 
                 let task = scheduler::spawn(Class::Normal, scheduler::FLOW_TASK, async move {
                     let _guard = guard;
                     let _reg = reg;
+                    let sock = crate::handoff::tls::Stream::Plain(sock);
                     crate::session::run(st, fe_idx, bind, sock, peer, id).await;
                 });
                 crate::stats::flows::set_task(id, task);

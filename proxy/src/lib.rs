@@ -51,3 +51,4 @@ pub mod stats;
 pub mod statspage;
 pub mod stick;
 pub mod sys;
+pub mod tls;

@@ -1,8 +1,14 @@
 //! One flow, top to bottom: accept → `tcp-request connection` rules (with
-//! `track-sc*`) → the PROXY header (`accept-proxy`, `expect-proxy`) → route
-//! → `stick` rules → pick a server (queue) → connect (retries, redispatch;
-//! `send-proxy` writes the header) → stick stores → hand off → account →
-//! close.
+//! `track-sc*`) → the PROXY header (`accept-proxy`, `expect-proxy`) → the
+//! TLS handshake (`bind ... ssl`) → `tcp-request content` rules → route →
+//! `stick` rules → pick a server (queue) → connect (retries, redispatch;
+//! `send-proxy` writes the header; `server ... ssl` its handshake) → stick
+//! stores → hand off → account → close.
+//!
+//! A flow with TLS on either side holds its sockets as `handoff::tls::Stream`
+//! (the TLS state boxed, so a plain flow's future is no larger) and is
+//! forwarded by `handoff::tls::forward_tls`, boxed; a plain flow takes
+//! `handoff::forward` as before.
 //!
 //! The client's address is `peer` and the address it reached `dst`, both
 //! taken once, after the PROXY header if one is read; from then on every
@@ -29,6 +35,7 @@ use crate::config::{
     AclCtx, Backend, ContentAction, ContentRule, ForwardMode, Frontend, KeyFetch, ProxyVersion,
     StickCtx, TcpConnAction, TrackSc, UseBackend,
 };
+use crate::handoff::tls::Stream;
 use crate::handoff::{self, End, Meter, Mode, Plan, Promote};
 use crate::inspect::Inspect;
 use crate::lb::spares::{ConnectError, ConnectOpts};
@@ -113,37 +120,50 @@ impl Meter for FlowMeter<'_> {
 /// switching rules do not wait: the content rules do). The map lookup is one lock-free
 /// load and a hash probe per prefix length in use, or per label for `map_dom`
 /// (`maps/table.rs`); a condition is a walk of its compiled tree.
+///
+/// On a `bind ... ssl` listener the name is the one of the handshake shunt
+/// terminated (nothing is peeked: the socket carries TLS records).
 async fn route(
     state: &Runtime,
     fe: &Frontend,
     peer: SocketAddr,
     dst: Option<SocketAddr>,
-    client: &TcpStream,
+    client: &Stream,
     inspect: &mut Inspect,
     stick: &dyn StickCtx,
 ) -> Option<usize> {
     let mut waited = false;
-    if fe
-        .use_backend_conds
-        .iter()
-        .flatten()
-        .any(|c| c.reads_content())
+    // Terminated here: the handshake's name, and no peeking at TLS records.
+    let tls_sni = match client {
+        Stream::Accepted(t) => Some(t.get_ref().1.server_name().map(str::to_string)),
+        _ => None,
+    };
+    if tls_sni.is_none()
+        && fe
+            .use_backend_conds
+            .iter()
+            .flatten()
+            .any(|c| c.reads_content())
     {
         // What has arrived by now, as HAProxy's buffer holds it.
-        inspect.look(client);
+        inspect.look(client.tcp());
     }
     for (rule, cond) in fe.use_backends.iter().zip(&fe.use_backend_conds) {
         let wants_sni = matches!(rule, UseBackend::SniMap { .. })
             || cond.as_ref().is_some_and(|c| c.uses_sni());
-        if wants_sni && !waited {
+        if wants_sni && !waited && tls_sni.is_none() {
             waited = true;
-            wait_hello(inspect, client, fe.timeouts.inspect_delay).await;
+            wait_hello(inspect, client.tcp(), fe.timeouts.inspect_delay).await;
         }
+        let sni = match &tls_sni {
+            Some(name) => name.as_deref(),
+            None => inspect.sni(),
+        };
         if let Some(c) = cond {
             let ctx = AclCtx {
                 src: peer,
                 dst,
-                sni: inspect.sni(),
+                sni,
                 req: inspect.request(false),
                 counts: state,
                 stick: Some(stick),
@@ -164,7 +184,7 @@ async fn route(
                 how,
                 default_target,
                 ..
-            } => match inspect.sni() {
+            } => match sni {
                 // As HAProxy: no name, no sample, so no backend name at all
                 // (the converter's default answers a lookup that misses).
                 None => None,
@@ -494,6 +514,155 @@ fn take_header(client: &TcpStream) -> std::io::Result<Result<proxy_proto::Header
     )
 }
 
+/// The client's TLS server name: from the handshake shunt terminated, else
+/// from its peeked ClientHello ([`peek_sni`]).
+async fn client_sni(client: &Stream, delay: Option<Duration>) -> Option<String> {
+    match client {
+        Stream::Accepted(t) => t.get_ref().1.server_name().map(str::to_string),
+        other => peek_sni(other.tcp(), delay).await,
+    }
+}
+
+/// Why a client's TLS handshake failed; `Display` is HAProxy's log message
+/// (`CO_ER_SSL_*`).
+#[derive(Debug, thiserror::Error)]
+enum HandshakeError {
+    #[error("Connection closed during SSL handshake")]
+    Empty,
+    #[error("Connection error during SSL handshake")]
+    Abort(#[source] std::io::Error),
+    #[error("Timeout during SSL handshake")]
+    Timeout,
+    #[error("SSL handshake failure")]
+    Failure(#[source] std::io::Error),
+}
+
+impl HandshakeError {
+    /// The client sent nothing usable: not logged with `option dontlognull`.
+    fn null(&self) -> bool {
+        matches!(self, HandshakeError::Empty | HandshakeError::Abort(_))
+    }
+}
+
+/// Bound on a client's TLS handshake when the frontend has no `timeout
+/// client` (HAProxy would wait for ever): as the PROXY header's.
+const HANDSHAKE_WAIT_DEFAULT: Duration = PROXY_WAIT_DEFAULT;
+
+/// Terminate the client's TLS within `limit` (`timeout client`, as HAProxy).
+async fn accept_tls(
+    acceptor: &tokio_rustls::TlsAcceptor,
+    client: TcpStream,
+    limit: Option<Duration>,
+) -> Result<Stream, HandshakeError> {
+    let limit = limit.unwrap_or(HANDSHAKE_WAIT_DEFAULT);
+    match tokio::time::timeout(limit, acceptor.accept(client)).await {
+        Err(_) => Err(HandshakeError::Timeout),
+        Ok(Ok(s)) => Ok(Stream::Accepted(Box::new(s))),
+        Ok(Err(e)) => Err(match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => HandshakeError::Empty,
+            std::io::ErrorKind::InvalidData => HandshakeError::Failure(e),
+            _ => HandshakeError::Abort(e),
+        }),
+    }
+}
+
+/// [`connect_server`], then TLS on the connection (`server ... ssl`), spare or
+/// fresh; `client` is the flow's, for `sni req.ssl_sni`.
+async fn connect_server_tls(
+    tc: &crate::tls::Connector,
+    rt: &crate::lb::ServerRt,
+    timeout: Option<Duration>,
+    opts: ConnectOpts,
+    header: Option<&Encoded>,
+    client: (&Stream, Option<Duration>),
+) -> Result<Stream, ConnectError> {
+    let conn = connect_server(rt, timeout, opts, header).await?;
+    connect_tls(tc, conn, client.0, client.1, timeout).await
+}
+
+/// Open TLS on `conn`, a fresh connection to a `server ... ssl`, within the
+/// connect timeout (HAProxy counts the handshake as part of connecting): a
+/// failure is a failed connect of that server, retried as one.
+async fn connect_tls(
+    tc: &crate::tls::Connector,
+    conn: TcpStream,
+    client: &Stream,
+    inspect_delay: Option<Duration>,
+    timeout: Option<Duration>,
+) -> Result<Stream, ConnectError> {
+    let addr = conn.peer_addr().map_err(|source| ConnectError::Internal {
+        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        source,
+    })?;
+    let sni = match tc.settings.sni {
+        Some(crate::config::SniExpr::Client) => client_sni(client, inspect_delay).await,
+        _ => None,
+    };
+    let name = crate::tls::server_name(&tc.settings, sni.as_deref(), addr.ip());
+    let hs = tc.connector.connect(name, conn);
+    let done = match timeout {
+        Some(t) => tokio::time::timeout(t, hs)
+            .await
+            .map_err(|_| ConnectError::Timeout { addr, after: t })?,
+        None => hs.await,
+    };
+    match done {
+        Ok(s) => Ok(Stream::Connected(Box::new(s))),
+        Err(e) => {
+            tracing::warn!(server = %addr, error = %e, "SSL handshake failure with server");
+            Err(ConnectError::Server {
+                addr,
+                source: std::io::Error::new(e.kind(), format!("SSL handshake failure: {e}")),
+            })
+        }
+    }
+}
+
+/// Peek buffer for the ClientHello: one full TLS record with its header.
+const SNI_PEEK_MAX: usize = crate::sni::MAX_HELLO_BYTES;
+/// Pause between two peeks while a ClientHello is partly there: a socket with queued
+/// bytes stays readable, so waiting for *more* bytes without consuming them is a poll.
+/// Only split hellos (rare: one fits a segment) pay it, and never past inspect-delay.
+const SNI_REPEEK_PAUSE: Duration = Duration::from_millis(5);
+
+/// The server name of the ClientHello the client sent, without consuming any byte (the
+/// hello is forwarded as sent). Waits for bytes while the hello is incomplete, up to
+/// `delay` from now; `None` (no delay) judges only what has already arrived. `None` when
+/// the hello is absent, malformed, has no name, or is late.
+async fn peek_sni(client: &TcpStream, delay: Option<Duration>) -> Option<String> {
+    use crate::sni::{parse_sni, SniError};
+    let deadline = tokio::time::Instant::now() + delay.unwrap_or(Duration::ZERO);
+    let mut buf = vec![0u8; SNI_PEEK_MAX];
+    loop {
+        // `timeout_at` polls the peek before the deadline, so bytes already queued are
+        // judged even with no delay.
+        let n = match tokio::time::timeout_at(deadline, client.peek(&mut buf)).await {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "peek for TLS ClientHello failed");
+                return None;
+            }
+            Err(_) => {
+                tracing::debug!("no TLS ClientHello within inspect-delay");
+                return None;
+            }
+        };
+        match parse_sni(&buf[..n]) {
+            Ok(name) => return name,
+            Err(SniError::Malformed) => return None,
+            // Closed mid-hello, or a hello larger than the bound.
+            Err(SniError::NeedMore) if n == 0 || n == SNI_PEEK_MAX => return None,
+            Err(SniError::NeedMore) => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::debug!(have = n, "incomplete TLS ClientHello at inspect-delay");
+            return None;
+        }
+        tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + SNI_REPEEK_PAUSE))
+            .await;
+    }
+}
+
 /// How a flow is forwarded, from the global mode and the proxies' options:
 /// `auto` starts in userspace (copy, splice for bulk) and, when the BPF
 /// program loaded, promotes the flows that show they pay for the kernel
@@ -624,10 +793,21 @@ fn proxy_header(
     })
 }
 
+/// Both sockets, when neither carries TLS.
+#[allow(clippy::type_complexity)]
+fn plain_pair(client: Stream, server: Stream) -> Result<(TcpStream, TcpStream), (Stream, Stream)> {
+    match (client, server) {
+        (Stream::Plain(c), Stream::Plain(s)) => Ok((c, s)),
+        other => Err(other),
+    }
+}
+
 /// Fresh connects restarted because the server's address changed under them.
 const MAX_ADDR_CHANGE_RETRIES: usize = 3;
 
-/// Run one client flow accepted on bind address `bind` of frontend `fe_idx`;
+/// Run one client flow accepted on bind address `bind` of frontend `fe_idx`
+/// (`client` as accepted: `Stream::Plain`; a `bind ... ssl` flow's handshake
+/// replaces it in place, so no second socket slot is kept in the future);
 /// `flow` is its id in this worker's registry (`stats::flows`), kept up to
 /// date as the flow progresses.
 ///
@@ -638,7 +818,7 @@ pub fn run(
     state: Arc<Runtime>,
     fe_idx: usize,
     bind: usize,
-    client: TcpStream,
+    mut client: Stream,
     mut peer: SocketAddr,
     flow: u64,
 ) -> impl Future<Output = ()> {
@@ -646,7 +826,7 @@ pub fn run(
         let fe = &state.config.frontends[fe_idx];
         let fe_ctr = &state.stats.frontends[fe_idx];
         let accepted = SystemTime::now();
-        let mut dst = client.local_addr().ok();
+        let mut dst = client.tcp().local_addr().ok();
         // Released (conn_cur, bytes) when the flow ends, whatever the path.
         let mut tracker = Tracker::new(&state.tables);
         let Some(expect_proxy) = connection_rules(&state, fe, peer, dst, &mut tracker) else {
@@ -659,7 +839,7 @@ pub fn run(
         let mut consumed = 0;
         let opts = fe.bind_opts.get(bind);
         if expect_proxy || opts.is_some_and(|o| o.accept_proxy) {
-            match read_proxy_header(&client, fe.timeouts.client).await {
+            match read_proxy_header(client.tcp(), fe.timeouts.client).await {
                 Ok(h) => {
                     consumed = h.len as u64;
                     if let Some((src, to)) = h.addrs {
@@ -682,11 +862,36 @@ pub fn run(
                         &e,
                         e.null(),
                     );
-                    let _ = crate::sys::sock::set_linger_reset(client.as_fd());
+                    let _ = crate::sys::sock::set_linger_reset(client.tcp().as_fd());
                     return;
                 }
             }
         }
+        // `bind ... ssl`: terminate first. As HAProxy, a failed handshake is
+        // no session, logged once with the listener (`session_kill_embryonic`).
+        client = match (state.tls.acceptor(fe_idx, bind), client) {
+            (None, c) | (_, c @ (Stream::Accepted(_) | Stream::Connected(_))) => c,
+            (Some(acceptor), Stream::Plain(client)) => {
+                let hs = Box::pin(accept_tls(acceptor, client, fe.timeouts.client));
+                match hs.await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let label = opts.map(|o| o.label()).unwrap_or_default();
+                        tracing::debug!(frontend = %fe.name, %peer, error = %e, source = ?std::error::Error::source(&e), "TLS handshake failed");
+                        crate::log::connection_error(
+                            &state,
+                            fe_idx,
+                            peer,
+                            accepted,
+                            &label,
+                            &e,
+                            e.null(),
+                        );
+                        return;
+                    }
+                }
+            }
+        };
         // The traffic log line, emitted when this drops: declared before the
         // gauges so that it drops last (HAProxy's end-of-flow counts).
         let mut log = FlowGuard::accepted_at(&state, fe_idx, peer, dst, accepted);
@@ -695,7 +900,7 @@ pub fn run(
         let _fe_open = Open::new(fe_ctr);
         if fe.clitcpka {
             // `option clitcpka`: a failure only loses the probes, not the flow.
-            if let Err(e) = socket2::SockRef::from(&client).set_keepalive(true) {
+            if let Err(e) = socket2::SockRef::from(client.tcp()).set_keepalive(true) {
                 tracing::debug!(frontend = %fe.name, %peer, error = %e, "cannot set SO_KEEPALIVE");
             }
         }
@@ -711,7 +916,7 @@ pub fn run(
             rules,
             delay,
             (peer, dst),
-            &client,
+            client.tcp(),
             &mut inspect,
         )
         .await
@@ -721,7 +926,7 @@ pub fn run(
             tracing::debug!(frontend = %fe.name, %peer, "rejected by tcp-request content");
             fe_ctr.event(Event::DeniedReq);
             log.end_at(Cause::Proxy, LogPhase::Request);
-            inspect.discard(&client);
+            inspect.discard(client.tcp());
             return;
         }
         let Some(be_idx) = route(&state, fe, peer, dst, &client, &mut inspect, &tracker).await
@@ -752,7 +957,7 @@ pub fn run(
             rules,
             delay,
             (peer, dst),
-            &client,
+            client.tcp(),
             &mut inspect,
         )
         .await
@@ -762,7 +967,7 @@ pub fn run(
             tracing::debug!(backend = %be.name, %peer, "rejected by tcp-request content");
             fe_ctr.event(Event::DeniedReq);
             log.end_at(Cause::Proxy, LogPhase::Request);
-            inspect.discard(&client);
+            inspect.discard(client.tcp());
             return;
         }
         drop(inspect);
@@ -815,12 +1020,32 @@ pub fn run(
                 .servers
                 .get(srv_idx)
                 .and_then(|c| proxy_header(c.send_proxy.version(), peer, dst));
-            let connected =
-                connect_server(s.server(), be.timeouts.connect, opts, header.as_ref()).await;
+            let (rt, limit, header) = (s.server(), be.timeouts.connect, header.as_ref());
+            // One await point for both (see `handoff::tls::Either`).
+            let connecting = match state.tls.connector(be_idx, srv_idx) {
+                None => handoff::tls::Either::Plain {
+                    f: connect_server(rt, limit, opts, header),
+                },
+                Some(tc) => handoff::tls::Either::Tls {
+                    f: Box::pin(connect_server_tls(
+                        tc,
+                        rt,
+                        limit,
+                        opts,
+                        header,
+                        (&client, fe.timeouts.inspect_delay),
+                    )),
+                },
+            };
+            let connected = match connecting.await {
+                handoff::tls::Which::Plain(r) => r.map(Stream::Plain),
+                handoff::tls::Which::Tls(r) => r,
+            };
             crate::checks::observe::report(&state, be_idx, srv_idx, connected.is_ok());
             match connected {
                 Ok(conn) => {
-                    log.connected(conn.peer_addr().ok(), conn.local_addr().ok());
+                    let tcp = conn.tcp();
+                    log.connected(tcp.peer_addr().ok(), tcp.local_addr().ok());
                     srv_ctr.event(Event::Session);
                     server = Some(conn);
                     slot = Some(s);
@@ -885,24 +1110,40 @@ pub fn run(
             consumed,
         };
         let plan = choose_plan(&state, fe, be);
-        let server_addr = server.peer_addr().ok();
-        let fd_server = std::os::fd::AsRawFd::as_raw_fd(&server);
+        let tls = !matches!((&client, &server), (Stream::Plain(_), Stream::Plain(_)));
+        let server_addr = server.tcp().peer_addr().ok();
+        let fd_server = std::os::fd::AsRawFd::as_raw_fd(server.tcp());
         flows::update(flow, |f| {
             f.srv = Some(srv_idx);
             f.server = server_addr;
             f.fd_server = fd_server;
-            f.mode = Some(plan.name());
+            // A TLS flow is copied (no kTLS: see `handoff::tls`).
+            f.mode = Some(if tls { Mode::Copy.name() } else { plan.name() });
         });
-        let out = handoff::forward(
-            &state.forwarding,
-            client,
-            server,
-            Vec::new(),
-            plan,
-            crate::runtime::flow::timeouts(fe, be),
-            &meter,
-        )
-        .await;
+        // Plain or TLS (boxed, so a plain flow keeps no room for it), awaited
+        // at one point.
+        let fwd = match plain_pair(client, server) {
+            Ok((client, server)) => handoff::tls::Either::Plain {
+                f: handoff::forward(
+                    &state.forwarding,
+                    client,
+                    server,
+                    Vec::new(),
+                    plan,
+                    crate::runtime::flow::timeouts(fe, be),
+                    &meter,
+                ),
+            },
+            Err((client, server)) => handoff::tls::Either::Tls {
+                f: Box::pin(handoff::tls::forward_tls(
+                    client,
+                    server,
+                    crate::runtime::flow::timeouts(fe, be),
+                    &meter,
+                )),
+            },
+        };
+        let out = fwd.await.merge();
         if let End::Error { origin, source } = &out.end {
             tracing::debug!(?origin, error = %source, "flow ended with an error");
         }
@@ -919,6 +1160,68 @@ pub fn run(
             promoted_after = ?out.promoted,
             origin = ?out.end.origin(),
             "flow closed"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Room of a flow's future as built for a plain flow, measured in the
+    /// build the test runs in (the release figures are in
+    /// docs/architecture.md, "Memory of an idle flow").
+    fn run_future_size() -> usize {
+        let loaded = crate::config::parse_str(
+            "t.cfg",
+            "defaults\n mode tcp\n timeout client 1s\n timeout server 1s\n timeout connect 1s\n\
+             listen l\n bind 127.0.0.1:1\n server s 127.0.0.1:2\n",
+        )
+        .expect("config");
+        let (_tx, rx) = tokio::sync::watch::channel(crate::runtime::Phase::Running);
+        let state = Arc::new(Runtime::new(
+            Arc::new(loaded.config),
+            crate::runtime::Facts::new(ForwardMode::Auto, "test".into(), 1),
+            None,
+            rx,
+            0,
+            false,
+            Default::default(),
+        ));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let addr = l.local_addr().expect("addr");
+            let c = TcpStream::connect(addr).await.expect("connect");
+            let peer = c.local_addr().expect("local");
+            let fut = run(state, 0, 0, Stream::Plain(c), peer, 0);
+            std::mem::size_of_val(&fut)
+        })
+    }
+
+    /// The flow future's room as measured once TLS termination, content
+    /// inspection and stick tables were all in (TLS itself adds only the one
+    /// word each of the client's and the server's socket enum, `Stream`):
+    /// release and debug builds lay the future out differently. A change that
+    /// grows it must say why here.
+    #[cfg(not(debug_assertions))]
+    const RUN_FUTURE_MAX: usize = 1272;
+    #[cfg(debug_assertions)]
+    const RUN_FUTURE_MAX: usize = 1304;
+
+    /// TLS must cost a plain flow nothing but the enum tags: its handshakes
+    /// and forwarding are boxed behind the one await point of each stage.
+    #[test]
+    fn tls_leaves_a_plain_flows_future_as_it_was() {
+        let n = run_future_size();
+        assert!(
+            n <= RUN_FUTURE_MAX,
+            "session::run's future is {n} B, more than {RUN_FUTURE_MAX} B"
         );
     }
 }

@@ -926,6 +926,14 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
             value: value.to_string(),
         });
     }
+    // Whether TLS flows could be handed to the kernel (they are not yet).
+    v.push(InfoField {
+        pos: 91,
+        name: "Ktls",
+        tags: "CGS",
+        ty: "str",
+        value: st.tls.kernel().describe().to_string(),
+    });
     v
 }
 

@@ -44,6 +44,7 @@ fn server(name: &str, id: u32, port: u16, check: bool) -> Server {
         pool: Default::default(),
         send_proxy: Default::default(),
         source: None,
+        tls: None,
     }
 }
 
@@ -641,10 +642,13 @@ fn show_info_has_haproxy_keys_in_order_then_shunt_fields() {
             "SockmapEofCatchups",
             "SockmapTrimPassed",
             "PromotedFlows",
+            "Ktls",
         ]
     );
     let get = |k: &str| kv.iter().find(|(kk, _)| kk == k).unwrap().1.clone();
     assert_eq!(get("Name"), "shunt");
+    // The test's runtime has no TLS contexts built: no ULP detected.
+    assert_eq!(get("Ktls"), "no tls ULP (TLS flows forwarded in userspace)");
     assert_eq!(get("Nbthread"), "2");
     assert_eq!(get("Pid"), std::process::id().to_string());
     assert_eq!(get("Maxconn"), "9985");

@@ -16,6 +16,7 @@ pub mod mapfile;
 mod model;
 mod parse;
 mod stick;
+mod tls;
 mod units;
 mod validate;
 
@@ -73,6 +74,13 @@ pub enum ConfigError {
         target: String,
     },
     /// `at`: the section's header line.
+    /// A check of the whole configuration that HAProxy words without a
+    /// location prefix (the location, if any, is in the message).
+    #[error("{msg}")]
+    Check { msg: String },
+    /// A post-parse check of one line, HAProxy's `[file:line] : ...` form.
+    #[error("[{at}] : {msg}")]
+    At { at: Location, msg: String },
     #[error("parsing [{at}] : frontend '{name}' has no 'bind' directive. Please declare it as a backend if this was intended.")]
     NoBind { at: Location, name: String },
     /// A `src_*` fetch naming no table (HAProxy's wording, its location

@@ -10,6 +10,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use super::tls::{CertKey, TlsVersion};
+
 /// How established flows are forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ForwardMode {
@@ -438,6 +440,8 @@ pub struct Server {
     /// `source ADDR[:PORT]` (the server's own, else its backend's): the local
     /// address connections to it bind before connecting (port 0: any).
     pub source: Option<SocketAddr>,
+    /// `ssl`: connections to the server are TLS (`None`: plain TCP).
+    pub tls: Option<std::sync::Arc<ServerTls>>,
 }
 
 /// Which PROXY protocol version a header is written in.
@@ -547,6 +551,48 @@ pub struct BindOpts {
     pub defer_accept: bool,
     /// `tfo`: `TCP_FASTOPEN` on the listener, its queue as long as the backlog.
     pub tfo: bool,
+    /// `ssl`: connections are TLS, terminated here with the `crt` certificates.
+    pub ssl: bool,
+    /// `crt FILE|DIR` words as written (resolved under `crt-base` and read
+    /// when the configuration is validated, into `tls`).
+    pub crt: Vec<String>,
+    /// `alpn LIST`: the protocols offered, in preference order.
+    pub alpn: Vec<String>,
+    /// `ssl-min-ver VERSION`.
+    pub ssl_min_ver: Option<TlsVersion>,
+    /// What `ssl` terminates with, once loaded (`None` without `ssl`).
+    pub tls: Option<std::sync::Arc<BindTls>>,
+}
+
+/// A `bind ... ssl` listener's TLS settings, loaded.
+#[derive(Debug, PartialEq, Eq)]
+pub struct BindTls {
+    /// Every certificate of the line's `crt` words, in order; the first is
+    /// the default one (no SNI, or a name no certificate has).
+    pub certs: Vec<CertKey>,
+    /// `alpn`, as the wire carries the names.
+    pub alpn: Vec<Vec<u8>>,
+    pub min_ver: Option<TlsVersion>,
+}
+
+/// What a `server ... ssl` sends as SNI (`sni EXPR`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SniExpr {
+    /// `str(NAME)`.
+    Str(String),
+    /// `req.ssl_sni` / `ssl_fc_sni`: the client's own server name (from the
+    /// terminated handshake, or the peeked ClientHello on a plain bind).
+    Client,
+}
+
+/// A `server ... ssl` line's TLS settings, loaded.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ServerTls {
+    /// `verify required` (the default, as `ssl-server-verify required`).
+    pub verify: bool,
+    /// The `ca-file` certificates (empty with `verify none`).
+    pub roots: Vec<rustls_pki_types::CertificateDer<'static>>,
+    pub sni: Option<SniExpr>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

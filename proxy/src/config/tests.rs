@@ -453,7 +453,10 @@ fn hostnames_resolve() {
 fn bind_errors() {
     let cases: &[(&str, &str)] = &[
         ("bind", "'bind' expects [addr1]:port1[-end1]{,[addr]:port[-end]}... as arguments."),
-        ("bind :80 ssl", "'bind :80' unknown keyword 'ssl'. Registered keywords : accept-proxy, backlog, defer-accept, interface, maxconn, name, tfo, transparent, v4v6, v6only."),
+        ("bind :80 npn", "'bind :80' unknown keyword 'npn'. Registered keywords : accept-proxy, alpn, backlog, crt, defer-accept, interface, maxconn, name, ssl, ssl-min-ver, tfo, transparent, v4v6, v6only."),
+        ("bind :80 ssl", "Proxy 'fe': no SSL certificate specified for bind '0.0.0.0:80' at [t.cfg:8] (use 'crt')."),
+        ("bind :80 ssl crt /nonexistent/x.pem", "'bind 0.0.0.0:80' in section 'frontend' : unable to stat SSL certificate from file '/nonexistent/x.pem' : No such file or directory."),
+        ("bind :80 ssl-min-ver TLSv9", "'bind :80' in section 'frontend' : 'TLSv9' : unknown ssl/tls version"),
         ("bind 1.2.3.4", "'bind' : missing port specification in '1.2.3.4'"),
         ("bind 1.2.3.4:", "'bind' : missing port specification in '1.2.3.4:'"),
         ("bind :abc", "'bind' : invalid port 'abc'"),
@@ -470,7 +473,11 @@ fn bind_errors() {
     for (line, msg) in cases {
         assert_eq!(
             err1(&format!("{DEFAULTS}frontend fe\n bind :1\n {line}\n")),
-            format!("parsing [t.cfg:8] : {msg}"),
+            match msg.starts_with("Proxy ") {
+                // A check of the whole configuration: no location prefix.
+                true => msg.to_string(),
+                false => format!("parsing [t.cfg:8] : {msg}"),
+            },
             "line: {line}"
         );
     }
@@ -554,7 +561,7 @@ fn default_server_applies_to_following_servers() {
 
 #[test]
 fn server_errors() {
-    let kws = "addr, agent-addr, agent-check, agent-inter, agent-port, agent-send, backup, check, check-send-proxy, disabled, downinter, enabled, error-limit, fall, fastinter, id, inter, maxconn, maxqueue, no-agent-check, no-backup, no-check, no-check-send-proxy, no-send-proxy, no-send-proxy-v2, observe, on-error, on-marked-down, on-marked-up, port, rise, send-proxy, send-proxy-v2, slowstart, source, weight, pool-max-conn, pool-low-conn, pool-purge-delay";
+    let kws = "addr, agent-addr, agent-check, agent-inter, agent-port, agent-send, backup, ca-file, check, check-send-proxy, disabled, downinter, enabled, error-limit, fall, fastinter, id, inter, maxconn, maxqueue, no-agent-check, no-backup, no-check, no-check-send-proxy, no-send-proxy, no-send-proxy-v2, no-ssl, observe, on-error, on-marked-down, on-marked-up, port, rise, send-proxy, send-proxy-v2, slowstart, sni, source, ssl, verify, weight, pool-max-conn, pool-low-conn, pool-purge-delay";
     let foo = format!("'server be/s1' : unknown keyword 'foo'. Registered keywords : {kws}.");
     let wieght = format!("'server be/s1' : unknown keyword 'wieght'; did you mean 'weight' maybe ?. Registered keywords : {kws}.");
     let cases: Vec<(&str, String)> = vec![

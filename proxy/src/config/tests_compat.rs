@@ -33,22 +33,27 @@ fn tls_keywords_of_global_are_warnings_that_say_why() {
          ssl-default-bind-options ssl-min-ver TLSv1.2 no-tls-tickets\n",
     );
     let kws = [
-        "ca-base",
-        "crt-base",
         "ssl-default-bind-ciphers",
         "ssl-default-bind-ciphersuites",
         "ssl-default-bind-options",
     ];
-    let want: Vec<String> = kws
+    let mut want: Vec<String> = kws
         .iter()
         .enumerate()
         .map(|(i, k)| {
             format!(
-                "parsing [t.cfg:{}] : '{k}' ignored: shunt does not terminate TLS.",
-                i + 2
+                "parsing [t.cfg:{}] : '{k}' ignored: shunt does not take OpenSSL settings (rustls picks its own).",
+                i + 4
             )
         })
         .collect();
+    // The bases are judged once every path is known: nothing used them.
+    want.push(
+        "parsing [t.cfg:3] : 'crt-base' ignored: no 'bind ... crt' path uses it.".to_string(),
+    );
+    want.push(
+        "parsing [t.cfg:2] : 'ca-base' ignored: no 'server ... ca-file' path uses it.".to_string(),
+    );
     assert_eq!(l.warnings, want);
 }
 
@@ -277,11 +282,11 @@ fn bind_options_parse_and_refuse_what_a_tcp_listener_cannot_do() {
         one("127.0.0.1:1 interface averyveryverylongname"),
         "parsing [t.cfg:2] : 'bind 127.0.0.1:1' in section 'frontend' : 'interface' : invalid interface name 'averyveryverylongname'"
     );
-    // TLS options stay unknown.
-    for kw in ["ssl", "crt"] {
+    // The TLS options shunt does not implement stay unknown.
+    for kw in ["npn", "ciphers"] {
         let e = one(&format!("127.0.0.1:1 {kw}"));
         assert!(
-            e.starts_with(&format!("parsing [t.cfg:2] : 'bind 127.0.0.1:1' unknown keyword '{kw}'. Registered keywords : accept-proxy, backlog, defer-accept,")),
+            e.starts_with(&format!("parsing [t.cfg:2] : 'bind 127.0.0.1:1' unknown keyword '{kw}'. Registered keywords : accept-proxy, alpn, backlog, crt, defer-accept,")),
             "{e}"
         );
     }
@@ -318,4 +323,45 @@ fn source_applies_to_servers_without_their_own() {
         e[0].starts_with("parsing [t.cfg:2] : 'server be/a' : 'source' : "),
         "{e:#?}"
     );
+}
+
+#[test]
+fn server_ssl_options_parse_inherit_and_check_verification() {
+    let dir = std::env::temp_dir().join(format!("shunt-tls-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let ca = dir.join("ca.pem");
+    let c = rcgen::generate_simple_self_signed(vec!["ca.test".to_string()]).expect("cert");
+    std::fs::write(&ca, c.cert.pem()).expect("write ca");
+    let l = ok(&format!(
+        "global\n ca-base {}\ndefaults\n{TIMEOUTS}backend be\n default-server ssl verify none\n \
+         server a 127.0.0.1:1 sni str(A.Test)\n server b 127.0.0.1:2 no-ssl\n \
+         server c 127.0.0.1:3 verify required ca-file ca.pem sni req.ssl_sni\n",
+        dir.display()
+    ));
+    assert!(l.warnings.is_empty(), "{:#?}", l.warnings);
+    let s = &l.config.backends[0].servers;
+    let a = s[0].tls.as_ref().expect("a inherits ssl");
+    assert!(!a.verify);
+    assert_eq!(a.sni, Some(SniExpr::Str("a.test".into())));
+    assert!(s[1].tls.is_none(), "no-ssl clears the default");
+    let c = s[2].tls.as_ref().expect("c is ssl");
+    assert!(c.verify && c.roots.len() == 1 && c.sni == Some(SniExpr::Client));
+    // Verification without a CA file, and expressions shunt cannot evaluate.
+    let e = errs(&format!(
+        "defaults\n{TIMEOUTS}backend be\n server s 127.0.0.1:1 ssl\n"
+    ));
+    assert!(
+        e[0].starts_with(
+            "[t.cfg:6] : 'server be/s' : verify is enabled by default but no CA file specified."
+        ),
+        "{e:#?}"
+    );
+    let e = errs(&format!(
+        "defaults\n{TIMEOUTS}backend be\n server s 127.0.0.1:1 ssl verify none sni hdr(host)\n"
+    ));
+    assert!(
+        e[0].contains("'sni' : unsupported expression 'hdr(host)'"),
+        "{e:#?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

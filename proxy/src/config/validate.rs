@@ -13,13 +13,16 @@ use std::net::SocketAddr;
 
 use super::mapfile::MapKind;
 use super::model::*;
-use super::parse::{Kind, Parser, ProxyDraft, UseBackendDraft};
+use super::parse::{Kind, Parser, ProxyDraft, ServerDraft, UseBackendDraft};
 use super::{ConfigError, Loaded};
 
 pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
     let mut errors = p.errors;
     let mut warnings = p.warnings;
     let log_locs = p.global.log_locs;
+    let crt_base = p.global.crt_base;
+    let ca_base = p.global.ca_base;
+    let mut tls_use = TlsUse::default();
     let mut global = p.global.global;
     if !p.global.maxpipes_set {
         global.maxpipes = global.maxconn / 4;
@@ -47,6 +50,10 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             let mut be = make_backend(d, proxy_id(i), &mut errors);
             be.tcp_content = content_rules(d, &tix, &mut errors);
             be.stick = stick_rules(d, &tix, &mut tables, &mut errors);
+            for (srv, draft) in be.servers.iter_mut().zip(&d.servers) {
+                let base = ca_base.as_ref().map(|(p, _)| p.as_path());
+                srv.tls = server_tls(d, draft, base, &mut tls_use, &mut errors);
+            }
             backends.push(be);
             if d.load_server_state {
                 global.server_state.backends.push(d.name.clone());
@@ -73,6 +80,7 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
         }
         let mut binds = Vec::with_capacity(d.binds.len());
         let mut bind_opts = Vec::with_capacity(d.binds.len());
+        let mut line_tls: Option<(&Location, Option<std::sync::Arc<BindTls>>)> = None;
         for (n, (addr, opts, loc)) in d.binds.iter().enumerate() {
             if let Some((fe, prev)) = bound.get(addr) {
                 errors.push(ConfigError::Parse {
@@ -85,8 +93,19 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             }
             bound.insert(*addr, (d.name.clone(), loc.clone()));
             binds.push(*addr);
+            // The addresses of one line share what it loaded.
+            let tls = match &line_tls {
+                Some((at, tls)) if *at == loc => tls.clone(),
+                _ => {
+                    let base = crt_base.as_ref().map(|(p, _)| p.as_path());
+                    let tls = bind_tls(d, *addr, opts, loc, base, &mut tls_use, &mut errors);
+                    line_tls = Some((loc, tls.clone()));
+                    tls
+                }
+            };
             bind_opts.push(BindOpts {
                 id: u32::try_from(n + 1).unwrap_or(u32::MAX),
+                tls,
                 ..opts.clone()
             });
         }
@@ -245,6 +264,16 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
 
     if !errors.is_empty() {
         return Err(errors);
+    }
+    for (base, used, kw, what) in [
+        (&crt_base, tls_use.crt_base, "crt-base", "'bind ... crt'"),
+        (&ca_base, tls_use.ca_base, "ca-base", "'server ... ca-file'"),
+    ] {
+        if let (Some((_, at)), false) = (base, used) {
+            warnings.push(format!(
+                "parsing [{at}] : '{kw}' ignored: no {what} path uses it."
+            ));
+        }
     }
     Ok(Loaded {
         config: Config {
@@ -489,6 +518,115 @@ fn missing_timeouts_warning(d: &ProxyDraft) -> String {
     )
 }
 
+/// Whether a `crt-base` / `ca-base` was applied to some path.
+#[derive(Default)]
+struct TlsUse {
+    crt_base: bool,
+    ca_base: bool,
+}
+
+/// The certificates of a `bind` line, read now (HAProxy's messages, at the
+/// line); `None` without `ssl` (a `crt` without `ssl` is read and checked,
+/// as HAProxy does, but terminates nothing).
+fn bind_tls(
+    d: &ProxyDraft,
+    addr: SocketAddr,
+    opts: &BindOpts,
+    loc: &Location,
+    base: Option<&std::path::Path>,
+    used: &mut TlsUse,
+    errors: &mut Vec<ConfigError>,
+) -> Option<std::sync::Arc<BindTls>> {
+    if opts.ssl && opts.crt.is_empty() {
+        errors.push(ConfigError::Check {
+            msg: format!(
+                "Proxy '{}': no SSL certificate specified for bind '{addr}' at [{loc}] (use 'crt').",
+                d.name
+            ),
+        });
+        return None;
+    }
+    let mut certs = Vec::new();
+    for crt in &opts.crt {
+        used.crt_base |= base.is_some() && !crt.starts_with('/');
+        match super::tls::load_crt(&super::tls::resolve(base, crt)) {
+            Ok(c) => certs.extend(c),
+            Err(msg) => {
+                errors.push(ConfigError::Parse {
+                    at: loc.clone(),
+                    msg: format!("'bind {addr}' in section '{}' : {msg}", d.kind.section()),
+                });
+                return None;
+            }
+        }
+    }
+    if certs.is_empty() && !opts.crt.is_empty() {
+        errors.push(ConfigError::Parse {
+            at: loc.clone(),
+            msg: format!(
+                "'bind {addr}' in section '{}' : no certificate found in '{}'.",
+                d.kind.section(),
+                opts.crt.join("', '")
+            ),
+        });
+        return None;
+    }
+    opts.ssl.then(|| {
+        std::sync::Arc::new(BindTls {
+            certs,
+            alpn: opts.alpn.iter().map(|a| a.as_bytes().to_vec()).collect(),
+            min_ver: opts.ssl_min_ver,
+        })
+    })
+}
+
+/// A `server ... ssl` line's TLS settings with its `ca-file` read; `None`
+/// without `ssl`. As HAProxy (`ssl-server-verify required` by default),
+/// verification without a CA file is an error that says how to opt out.
+fn server_tls(
+    d: &ProxyDraft,
+    s: &ServerDraft,
+    base: Option<&std::path::Path>,
+    used: &mut TlsUse,
+    errors: &mut Vec<ConfigError>,
+) -> Option<std::sync::Arc<ServerTls>> {
+    if !s.opts.ssl {
+        return None;
+    }
+    let who = format!("'server {}/{}'", d.name, s.name);
+    let verify = s.opts.verify.unwrap_or(true);
+    let roots = match &s.opts.ca_file {
+        Some(f) => {
+            used.ca_base |= base.is_some() && !f.starts_with('/');
+            match super::tls::load_ca_file(&super::tls::resolve(base, f)) {
+                Ok(r) => r,
+                Err(msg) => {
+                    errors.push(ConfigError::At {
+                        at: s.loc.clone(),
+                        msg: format!("{who} : {msg}"),
+                    });
+                    return None;
+                }
+            }
+        }
+        None if verify => {
+            errors.push(ConfigError::At {
+                at: s.loc.clone(),
+                msg: format!(
+                    "{who} : verify is enabled by default but no CA file specified. If you're running on a LAN where you're certain to trust the server's certificate, please set an explicit 'verify none' statement on the 'server' line, or use 'ssl-server-verify none' in the global section to disable server-side verifications by default."
+                ),
+            });
+            return None;
+        }
+        None => Vec::new(),
+    };
+    Some(std::sync::Arc::new(ServerTls {
+        verify,
+        roots,
+        sni: s.opts.sni.clone(),
+    }))
+}
+
 fn make_backend(d: &ProxyDraft, id: u32, errors: &mut Vec<ConfigError>) -> Backend {
     // Explicit ids first, then the smallest free id for the others.
     let mut used: HashMap<u32, &Location> = HashMap::new();
@@ -543,6 +681,7 @@ fn make_backend(d: &ProxyDraft, id: u32, errors: &mut Vec<ConfigError>) -> Backe
                 pool: s.opts.pool,
                 send_proxy: s.opts.send_proxy,
                 source: s.opts.source.or(d.source),
+                tls: None,
             }
         })
         .collect();

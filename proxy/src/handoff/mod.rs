@@ -23,6 +23,7 @@ pub mod sockmap;
 mod splice;
 #[cfg(test)]
 mod tests;
+pub mod tls;
 
 use std::future::Future;
 use std::io;

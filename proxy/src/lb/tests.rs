@@ -88,6 +88,7 @@ fn backend_with(balance: Balance, servers: &[S], opts: BackendOpts) -> Arc<Backe
             pool: Default::default(),
             send_proxy: Default::default(),
             source: None,
+            tls: None,
         })
         .collect();
     BackendRt::new(&Backend {

@@ -56,6 +56,10 @@ pub struct Runtime {
     /// (`tune.pipesize`, `maxpipes`) and the kernel handoff when BPF loaded,
     /// shared by every worker's flows.
     pub forwarding: crate::handoff::Forwarding,
+    /// The TLS acceptors and connectors of the `ssl` listeners and servers,
+    /// and the kernel's kTLS status; `daemon` sets them before sharing the
+    /// runtime (none until then).
+    pub tls: crate::tls::Contexts,
 }
 
 impl Runtime {
@@ -90,6 +94,7 @@ impl Runtime {
                 ),
                 kernel,
             },
+            tls: crate::tls::Contexts::none(),
             facts,
             config,
         }

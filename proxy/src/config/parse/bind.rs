@@ -1,10 +1,12 @@
 //! The options of a `bind` line (`bind ADDR[,ADDR...] [KEYWORD [VALUE]]...`):
 //! their draft ([`BindOpts`], in the model) and their keyword table.
 //!
-//! Only what a TCP listener can honour is here; the TLS and HTTP options of
-//! HAProxy's `bind` (`ssl`, `crt`, `alpn`, ...) are not in the table, so
-//! they stay "unknown keyword" errors that list the registered ones. Values are checked here; the socket options themselves are set by
-//! `crate::listeners`.
+//! Only what a TCP listener can honour is here: the socket options and TLS
+//! termination (`ssl`, `crt`, `alpn`, `ssl-min-ver`); HAProxy's other TLS and
+//! HTTP options are not in the table, so they stay "unknown keyword" errors
+//! that list the registered ones. Values are checked here; the socket
+//! options themselves are set by `crate::listeners`, and the `crt` files
+//! are read by validation (after `crt-base` is known).
 
 use super::model::*;
 use super::{
@@ -35,11 +37,15 @@ const B: Sections = Sections::BIND;
 #[rustfmt::skip]
 pub const BIND: &[Keyword<BindLine>] = &[
     Keyword::new(&["accept-proxy"], B, Args::None,     accept_proxy),
+    Keyword::new(&["alpn"],         B, Args::Required, alpn),
     Keyword::new(&["backlog"],      B, Args::Required, backlog),
+    Keyword::new(&["crt"],          B, Args::Required, crt),
     Keyword::new(&["defer-accept"], B, Args::None,     defer_accept),
     Keyword::new(&["interface"],    B, Args::Required, interface),
     Keyword::new(&["maxconn"],      B, Args::Required, maxconn),
     Keyword::new(&["name"],         B, Args::Required, name),
+    Keyword::new(&["ssl"],          B, Args::None,     ssl),
+    Keyword::new(&["ssl-min-ver"],  B, Args::Required, ssl_min_ver),
     Keyword::new(&["tfo"],          B, Args::None,     tfo),
     Keyword::new(&["transparent"],  B, Args::None,     transparent),
     Keyword::new(&["v4v6"],         B, Args::None,     v4v6),
@@ -76,6 +82,45 @@ pub fn parse(words: &[String], l: &mut Line<'_>, section: &str) -> Result<BindOp
 
 fn accept_proxy(b: &mut BindLine, _: &mut Line<'_>) -> Result<(), String> {
     b.opts.accept_proxy = true;
+    Ok(())
+}
+
+/// Longest ALPN protocol name (the wire's length byte).
+const MAX_ALPN_NAME: usize = 255;
+
+fn alpn(b: &mut BindLine, l: &mut Line<'_>) -> Result<(), String> {
+    let v = l
+        .arg(1)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| "'alpn' : missing the comma-delimited ALPN protocol suite".to_string())?;
+    let names: Vec<String> = v.split(',').map(str::to_string).collect();
+    if names
+        .iter()
+        .any(|n| n.is_empty() || n.len() > MAX_ALPN_NAME)
+    {
+        return Err(format!("'alpn' : invalid protocol suite '{v}'"));
+    }
+    b.opts.alpn = names;
+    Ok(())
+}
+
+fn crt(b: &mut BindLine, l: &mut Line<'_>) -> Result<(), String> {
+    let v = l
+        .arg(1)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| "'crt' : missing certificate location".to_string())?;
+    b.opts.crt.push(v.to_string());
+    Ok(())
+}
+
+fn ssl(b: &mut BindLine, _: &mut Line<'_>) -> Result<(), String> {
+    b.opts.ssl = true;
+    Ok(())
+}
+
+fn ssl_min_ver(b: &mut BindLine, l: &mut Line<'_>) -> Result<(), String> {
+    let v = l.arg(1).unwrap_or("");
+    b.opts.ssl_min_ver = Some(TlsVersion::parse(v)?);
     Ok(())
 }
 

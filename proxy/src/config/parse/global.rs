@@ -31,6 +31,11 @@ pub struct GlobalDraft {
     /// The line of each of `global.logs`, same index (for the checks that
     /// validation runs on them).
     pub log_locs: Vec<Location>,
+    /// `crt-base DIR` and `ca-base DIR` with their lines: validation applies
+    /// them to `bind ... crt` and `server ... ca-file` paths, and warns at
+    /// the line when nothing uses them.
+    pub crt_base: Option<(std::path::PathBuf, Location)>,
+    pub ca_base: Option<(std::path::PathBuf, Location)>,
 }
 
 impl Scope for GlobalDraft {
@@ -70,8 +75,8 @@ pub const GLOBAL: &[Keyword<GlobalDraft>] = &[
     Keyword::new(&["server-state-file"],         G, Args::Required, server_state_file),
     Keyword::new(&["server-state-base"],         G, Args::Required, server_state_base),
     Keyword::new(&["tune.idle-pool.shared"],     G, Args::Required, idle_pool_shared),
-    Keyword::new(&["ca-base"],                   G, Args::Required, not_tls),
-    Keyword::new(&["crt-base"],                  G, Args::Required, not_tls),
+    Keyword::new(&["ca-base"],                   G, Args::Required, ca_base),
+    Keyword::new(&["crt-base"],                  G, Args::Required, crt_base),
     Keyword::new(&["key-base"],                  G, Args::Required, not_tls),
     Keyword::new(&["ssl-default-bind-ciphers"],  G, Args::Required, not_tls),
     Keyword::new(&["ssl-default-bind-ciphersuites"], G, Args::Required, not_tls),
@@ -268,15 +273,43 @@ fn daemon(_: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String> {
     no_extra(l.args, 1, l.kw())
 }
 
-/// A TLS keyword of a shared `global` section (Debian's stock file has
-/// several): accepted with a warning, since shunt forwards TLS untouched.
+/// An OpenSSL tuning keyword of a shared `global` section (Debian's stock
+/// file has several): accepted with a warning, since shunt's TLS (rustls)
+/// has its own suites and options.
 fn not_tls(_: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String> {
     if l.arg(1).is_none() {
         return Err(format!("'{}' expects an argument.", l.kw()));
     }
-    l.warnings
-        .push(super::not_applicable(l.loc, l.kw(), "terminate TLS"));
+    l.warnings.push(super::not_applicable(
+        l.loc,
+        l.kw(),
+        "take OpenSSL settings (rustls picks its own)",
+    ));
     Ok(())
+}
+
+/// The directory of `crt-base DIR` / `ca-base DIR` (HAProxy's messages).
+fn base_dir(
+    slot: &mut Option<(std::path::PathBuf, Location)>,
+    l: &mut Line<'_>,
+) -> Result<(), String> {
+    let kw = l.kw();
+    if slot.is_some() {
+        return Err(format!("'{kw}' already specified."));
+    }
+    let v = l
+        .arg(1)
+        .ok_or_else(|| format!("'{kw}' expects a directory path as an argument."))?;
+    *slot = Some((v.into(), l.loc.clone()));
+    no_extra(l.args, 2, kw)
+}
+
+fn crt_base(g: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String> {
+    base_dir(&mut g.crt_base, l)
+}
+
+fn ca_base(g: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String> {
+    base_dir(&mut g.ca_base, l)
 }
 
 fn server_state_file(g: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String> {

@@ -43,6 +43,7 @@ pub use global::GlobalDraft;
 #[cfg(test)]
 pub use proxy::parse_use_backend;
 pub use proxy::{Kind, ProxyDraft, UseBackendDraft};
+pub use server::ServerDraft;
 
 /// Upper bound for any `maxconn`: far above what one host can hold, low
 /// enough that per-connection tables sized from it stay allocatable.

@@ -29,6 +29,14 @@ pub struct ServerOpts {
     pub send_proxy: SendProxy,
     /// `source ADDR[:PORT]`.
     pub source: Option<SocketAddr>,
+    /// `ssl` (cleared by `no-ssl`): connections to the server are TLS.
+    pub ssl: bool,
+    /// `verify none|required`; `None`: HAProxy's default, required.
+    pub verify: Option<bool>,
+    /// `ca-file FILE` as written (resolved under `ca-base` by validation).
+    pub ca_file: Option<String>,
+    /// `sni EXPR`.
+    pub sni: Option<SniExpr>,
 }
 
 impl Default for ServerOpts {
@@ -43,6 +51,10 @@ impl Default for ServerOpts {
             pool: PoolParams::default(),
             send_proxy: SendProxy::default(),
             source: None,
+            ssl: false,
+            verify: None,
+            ca_file: None,
+            sni: None,
         }
     }
 }
@@ -94,6 +106,7 @@ pub const SERVER: &[Keyword<ServerLine>] = &[
     Keyword::new(&["agent-port"],          SD, Args::Required, agent_port),
     Keyword::new(&["agent-send"],          SD, Args::Required, agent_send),
     Keyword::new(&["backup"],              SD, Args::None,     backup),
+    Keyword::new(&["ca-file"],             SD, Args::Required, ca_file),
     Keyword::new(&["check"],               SD, Args::None,     check),
     Keyword::new(&["check-send-proxy"],    SD, Args::None,     check_send_proxy),
     Keyword::new(&["disabled"],            SD, Args::None,     disabled),
@@ -112,6 +125,7 @@ pub const SERVER: &[Keyword<ServerLine>] = &[
     Keyword::new(&["no-check-send-proxy"], SD, Args::None,     no_check_send_proxy),
     Keyword::new(&["no-send-proxy"],       SD, Args::None,     no_send_proxy),
     Keyword::new(&["no-send-proxy-v2"],    SD, Args::None,     no_send_proxy_v2),
+    Keyword::new(&["no-ssl"],              SD, Args::None,     no_ssl),
     Keyword::new(&["observe"],             SD, Args::Required, observe),
     Keyword::new(&["on-error"],            SD, Args::Required, on_error),
     Keyword::new(&["on-marked-down"],      SD, Args::Required, on_marked_down),
@@ -121,7 +135,10 @@ pub const SERVER: &[Keyword<ServerLine>] = &[
     Keyword::new(&["send-proxy"],          SD, Args::None,     send_proxy),
     Keyword::new(&["send-proxy-v2"],       SD, Args::None,     send_proxy_v2),
     Keyword::new(&["slowstart"],           SD, Args::Required, slowstart),
+    Keyword::new(&["sni"],                 SD, Args::Required, sni),
     Keyword::new(&["source"],              SD, Args::Required, source),
+    Keyword::new(&["ssl"],                 SD, Args::None,     ssl),
+    Keyword::new(&["verify"],              SD, Args::Required, verify),
     Keyword::new(&["weight"],              SD, Args::Required, weight),
     Keyword::new(&["pool-max-conn"],       SD, Args::Required, pool_max_conn),
     Keyword::new(&["pool-low-conn"],       SD, Args::Required, pool_low_conn),
@@ -410,6 +427,56 @@ pub fn source_addr(v: &str) -> Result<SocketAddr, String> {
 fn source(s: &mut ServerLine, l: &mut Line<'_>) -> Result<(), String> {
     let v = l.arg(1).unwrap_or("");
     s.opts.source = Some(source_addr(v).map_err(|e| format!("'source' : {e}"))?);
+    Ok(())
+}
+
+fn ssl(s: &mut ServerLine, _: &mut Line<'_>) -> Result<(), String> {
+    s.opts.ssl = true;
+    Ok(())
+}
+
+fn no_ssl(s: &mut ServerLine, _: &mut Line<'_>) -> Result<(), String> {
+    s.opts.ssl = false;
+    Ok(())
+}
+
+fn verify(s: &mut ServerLine, l: &mut Line<'_>) -> Result<(), String> {
+    s.opts.verify = Some(match l.arg(1).unwrap_or("") {
+        "none" => false,
+        "required" => true,
+        other => {
+            return Err(format!(
+            "'verify' : unknown verify method '{other}', only 'none' and 'required' are supported."
+        ))
+        }
+    });
+    Ok(())
+}
+
+fn ca_file(s: &mut ServerLine, l: &mut Line<'_>) -> Result<(), String> {
+    let v = l
+        .arg(1)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| "'ca-file' : missing CAfile path".to_string())?;
+    s.opts.ca_file = Some(v.to_string());
+    Ok(())
+}
+
+/// `sni EXPR`: the sample expressions shunt can evaluate for a server's
+/// handshake; HAProxy takes any, so others are named in the error.
+fn sni(s: &mut ServerLine, l: &mut Line<'_>) -> Result<(), String> {
+    let v = l.arg(1).unwrap_or("");
+    s.opts.sni = Some(match v {
+        "req.ssl_sni" | "ssl_fc_sni" => SniExpr::Client,
+        _ => match v.strip_prefix("str(").and_then(|r| r.strip_suffix(')')) {
+            Some(name) if !name.is_empty() => SniExpr::Str(name.to_ascii_lowercase()),
+            _ => {
+                return Err(format!(
+                    "'sni' : unsupported expression '{v}' (shunt evaluates str(NAME), req.ssl_sni and ssl_fc_sni)."
+                ))
+            }
+        },
+    });
     Ok(())
 }
 

@@ -1,0 +1,397 @@
+//! TLS termination's rustls side: the acceptor of every `bind ... ssl`
+//! listener and the client configuration of every `server ... ssl`, built
+//! once at start-up from the certificates the configuration loaded, and the
+//! kernel's kTLS status.
+//!
+//! Owns: choosing a certificate by SNI (exact name, then a `*.` wildcard of
+//! the name's parent, else the line's first certificate, as HAProxy's
+//! default certificate), the protocol versions (`ssl-min-ver`), ALPN, and the
+//! server-side verification rules (`verify none|required`, `ca-file`).
+//! Must not: do I/O on sockets or read files (the configuration read them);
+//! the handshakes happen in `session`, the forwarding in `handoff::tls`.
+//! Invariant: the contexts are indexed as the configuration's frontends ×
+//! bind lines and backends × servers, and built from that configuration only,
+//! so a reload (a new process) is what picks up new certificate files.
+//!
+//! kTLS: the kernel's `tls` ULP would let a terminated flow be spliced or
+//! redirected after the handshake. It is detected here (`tcp_available_ulp`)
+//! and, absent, TLS flows are forwarded in userspace. The kernel shunt runs
+//! on has none, so no kTLS path exists yet: an untested one would be worse.
+
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
+
+use crate::config::{BindTls, Config, ServerTls, TlsVersion};
+
+/// Where the kernel lists the upper-layer protocols it can attach to a TCP
+/// socket; `tls` is kTLS.
+const AVAILABLE_ULP: &str = "/proc/sys/net/ipv4/tcp_available_ulp";
+
+/// Why the TLS contexts could not be built from a loaded configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("TLS settings of {what}: {source}")]
+    Rustls {
+        what: String,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("certificate verifier of {what}: {source}")]
+    Verifier {
+        what: String,
+        #[source]
+        source: rustls::client::VerifierBuilderError,
+    },
+}
+
+/// Whether the kernel can take a TLS flow's records (kTLS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelTls {
+    /// The `tls` ULP is listed: kTLS could be used (shunt does not yet).
+    Available,
+    /// Not listed (or the list unreadable): userspace forwarding.
+    Missing,
+}
+
+impl KernelTls {
+    /// Reads the kernel's ULP list (at start, before any chroot hides /proc).
+    pub fn detect() -> Self {
+        match std::fs::read_to_string(AVAILABLE_ULP) {
+            Ok(s) if s.split_whitespace().any(|u| u == "tls") => Self::Available,
+            _ => Self::Missing,
+        }
+    }
+
+    /// `show info`'s `Ktls` field.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Available => "available (TLS flows forwarded in userspace)",
+            Self::Missing => "no tls ULP (TLS flows forwarded in userspace)",
+        }
+    }
+}
+
+/// The TLS side of every listener and server of one configuration.
+pub struct Contexts {
+    /// Per frontend, per bind line: the acceptor of a `ssl` line.
+    binds: Vec<Vec<Option<tokio_rustls::TlsAcceptor>>>,
+    /// Per backend, per server: the connector of a `ssl` server.
+    servers: Vec<Vec<Option<Connector>>>,
+    kernel: KernelTls,
+}
+
+/// What a flow needs to open TLS to a server.
+#[derive(Clone)]
+pub struct Connector {
+    pub connector: tokio_rustls::TlsConnector,
+    pub settings: Arc<ServerTls>,
+}
+
+impl Contexts {
+    /// No TLS anywhere (tests, a configuration without `ssl`).
+    pub fn none() -> Self {
+        Self {
+            binds: Vec::new(),
+            servers: Vec::new(),
+            kernel: KernelTls::Missing,
+        }
+    }
+
+    /// Builds every context `config` asks for.
+    pub fn build(config: &Config, kernel: KernelTls) -> Result<Self, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut binds = Vec::with_capacity(config.frontends.len());
+        for fe in &config.frontends {
+            let mut v = Vec::with_capacity(fe.bind_opts.len());
+            for (i, b) in fe.bind_opts.iter().enumerate() {
+                let what = || format!("frontend '{}' bind #{}", fe.name, i + 1);
+                v.push(match &b.tls {
+                    Some(t) => Some(tokio_rustls::TlsAcceptor::from(Arc::new(
+                        server_config(t, &provider).map_err(|source| TlsError::Rustls {
+                            what: what(),
+                            source,
+                        })?,
+                    ))),
+                    None => None,
+                });
+            }
+            binds.push(v);
+        }
+        let mut servers = Vec::with_capacity(config.backends.len());
+        for be in &config.backends {
+            let mut v = Vec::with_capacity(be.servers.len());
+            for s in &be.servers {
+                let what = || format!("server {}/{}", be.name, s.name);
+                v.push(match &s.tls {
+                    Some(t) => Some(Connector {
+                        connector: tokio_rustls::TlsConnector::from(Arc::new(client_config(
+                            t, &provider, &what,
+                        )?)),
+                        settings: t.clone(),
+                    }),
+                    None => None,
+                });
+            }
+            servers.push(v);
+        }
+        Ok(Self {
+            binds,
+            servers,
+            kernel,
+        })
+    }
+
+    /// Whether any listener or server uses TLS.
+    pub fn any(&self) -> bool {
+        self.binds.iter().flatten().any(Option::is_some)
+            || self.servers.iter().flatten().any(Option::is_some)
+    }
+
+    /// The acceptor of bind line `bind` of frontend `fe`, if it is `ssl`.
+    pub fn acceptor(&self, fe: usize, bind: usize) -> Option<&tokio_rustls::TlsAcceptor> {
+        self.binds.get(fe)?.get(bind)?.as_ref()
+    }
+
+    /// The connector of server `srv` of backend `be`, if it is `ssl`.
+    pub fn connector(&self, be: usize, srv: usize) -> Option<&Connector> {
+        self.servers.get(be)?.get(srv)?.as_ref()
+    }
+
+    pub fn kernel(&self) -> KernelTls {
+        self.kernel
+    }
+}
+
+/// `ssl-min-ver TLSv1.3`: the only version above rustls' floor (1.2).
+static TLS13_ONLY: [&rustls::SupportedProtocolVersion; 1] = [&rustls::version::TLS13];
+
+/// The protocol versions a minimum allows (rustls has TLS 1.2 and 1.3).
+fn versions(min: Option<TlsVersion>) -> &'static [&'static rustls::SupportedProtocolVersion] {
+    match min {
+        Some(TlsVersion::Tls13) => &TLS13_ONLY,
+        _ => rustls::DEFAULT_VERSIONS,
+    }
+}
+
+fn server_config(
+    t: &BindTls,
+    provider: &Arc<CryptoProvider>,
+) -> Result<ServerConfig, rustls::Error> {
+    let mut certs = Vec::with_capacity(t.certs.len());
+    let mut names = Vec::new();
+    for (i, c) in t.certs.iter().enumerate() {
+        let key = CertifiedKey::from_der(c.chain.clone(), c.key.clone_key(), provider)?;
+        certs.push(Arc::new(key));
+        names.extend(c.names.iter().map(|n| (n.clone(), i)));
+    }
+    let mut cfg = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(versions(t.min_ver))?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(BySni { certs, names }));
+    cfg.alpn_protocols = t.alpn.clone();
+    Ok(cfg)
+}
+
+fn client_config(
+    t: &ServerTls,
+    provider: &Arc<CryptoProvider>,
+    what: &dyn Fn() -> String,
+) -> Result<ClientConfig, TlsError> {
+    let rustls_err = |source| TlsError::Rustls {
+        what: what(),
+        source,
+    };
+    let inner = match t.verify {
+        true => {
+            let mut roots = RootCertStore::empty();
+            for c in &t.roots {
+                roots.add(c.clone()).map_err(rustls_err)?;
+            }
+            let v = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider.clone(),
+            )
+            .build()
+            .map_err(|source| TlsError::Verifier {
+                what: what(),
+                source,
+            })?;
+            Some(v)
+        }
+        false => None,
+    };
+    let verifier = Arc::new(Verify {
+        inner,
+        provider: provider.clone(),
+    });
+    let cfg = ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(rustls::DEFAULT_VERSIONS)
+        .map_err(rustls_err)?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    Ok(cfg)
+}
+
+/// The certificate for a ClientHello's server name: exact, then wildcard,
+/// then the first (HAProxy's default certificate).
+#[derive(Debug)]
+struct BySni {
+    certs: Vec<Arc<CertifiedKey>>,
+    /// (lower-case name or `*.parent`, index in `certs`), in file order.
+    names: Vec<(String, usize)>,
+}
+
+impl BySni {
+    fn pick(&self, sni: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        let found = sni.and_then(|name| {
+            let name = name.to_ascii_lowercase();
+            let exact = self.names.iter().find(|(n, _)| *n == name);
+            let wild = || {
+                let parent = name.split_once('.')?.1;
+                self.names
+                    .iter()
+                    .find(|(n, _)| n.strip_prefix("*.") == Some(parent))
+            };
+            exact.or_else(wild).map(|(_, i)| *i)
+        });
+        self.certs.get(found.unwrap_or(0)).cloned()
+    }
+}
+
+impl ResolvesServerCert for BySni {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.pick(hello.server_name())
+    }
+}
+
+/// A server's certificate check: `verify none` accepts any certificate
+/// (signatures of the handshake are still checked, so the session keys are
+/// the server's); `verify required` checks the chain against `ca-file` and,
+/// as HAProxy, the name only when an SNI was sent (a server reached by
+/// address has no name to match).
+#[derive(Debug)]
+struct Verify {
+    inner: Option<Arc<rustls::client::WebPkiServerVerifier>>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for Verify {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let Some(inner) = &self.inner else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match inner.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName
+                | rustls::CertificateError::NotValidForNameContext { .. },
+            )) if matches!(server_name, ServerName::IpAddress(_)) => {
+                Ok(ServerCertVerified::assertion())
+            }
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// The server name a `server ... ssl` handshake uses: the `sni` expression's
+/// value (`client_sni` is the flow's: the terminated handshake's, or the
+/// peeked hello's), else the server's address (then no SNI is sent).
+pub fn server_name(
+    t: &ServerTls,
+    client_sni: Option<&str>,
+    addr: std::net::IpAddr,
+) -> ServerName<'static> {
+    let name = match &t.sni {
+        Some(crate::config::SniExpr::Str(s)) => Some(s.as_str()),
+        Some(crate::config::SniExpr::Client) => client_sni,
+        None => None,
+    };
+    name.and_then(|n| ServerName::try_from(n.to_string()).ok())
+        .unwrap_or(ServerName::IpAddress(addr.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sni_picks_exact_then_wildcard_then_the_first() {
+        let provider = rustls::crypto::ring::default_provider();
+        let key = |_: usize| {
+            // Any usable key: the resolver only returns the Arc it holds.
+            let k = rcgen::KeyPair::generate().expect("key");
+            let der = rustls::pki_types::PrivateKeyDer::try_from(k.serialize_der()).expect("der");
+            let signer = provider
+                .key_provider
+                .load_private_key(der)
+                .expect("load key");
+            Arc::new(CertifiedKey::new(vec![], signer))
+        };
+        let certs: Vec<_> = (0..3).map(key).collect();
+        let r = BySni {
+            certs: certs.clone(),
+            names: vec![
+                ("a.test".into(), 0),
+                ("b.test".into(), 1),
+                ("*.w.test".into(), 2),
+            ],
+        };
+        let is = |sni, i: usize| {
+            let got = r.pick(sni).expect("a certificate");
+            assert!(Arc::ptr_eq(&got, &certs[i]), "{sni:?} -> not #{i}");
+        };
+        is(Some("b.test"), 1);
+        is(Some("B.Test"), 1);
+        is(Some("x.w.test"), 2);
+        is(Some("y.x.w.test"), 0);
+        is(Some("other"), 0);
+        is(None, 0);
+    }
+}

@@ -1,0 +1,550 @@
+//! TLS termination seen from outside (issue 17): `bind ... ssl crt` in front of
+//! plain and TLS servers, through the real binary.
+//!
+//! Checks that the decrypted bytes cross byte-exact both ways with a client
+//! half-close (close_notify, then FIN) and are what `show stat` counts; that
+//! `server ... ssl verify required ca-file` reaches a TLS echo server and that a
+//! server whose certificate the CA did not sign fails the flow (logged); that the
+//! SNI of the terminated handshake picks the certificate and the backend; that
+//! ALPN is negotiated; that a bad certificate is a configuration error at its
+//! line; and that a reload (a new process) serves a certificate file's new
+//! contents. Certificates are made per test with rcgen; the clients and the TLS
+//! echo server are tokio-rustls.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+use shunt_tests::reload::{pid_in, plain, reload_global};
+use shunt_tests::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+/// Bytes each way in the bulk test: many TLS records, several socket buffers.
+const BULK: usize = 8 << 20;
+/// Bound on any one client operation.
+const IO_LIMIT: Duration = Duration::from_secs(30);
+
+/// A test CA and the leaf certificates it signs.
+struct Ca {
+    cert: rcgen::Certificate,
+    key: KeyPair,
+}
+
+impl Ca {
+    fn new(cn: &str) -> Ca {
+        let key = KeyPair::generate().expect("CA key");
+        let mut p = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name.push(DnType::CommonName, cn);
+        let cert = p.self_signed(&key).expect("self-sign CA");
+        Ca { cert, key }
+    }
+
+    /// A leaf for `names`: (PEM of certificate then key, the certificate's DER).
+    fn leaf(&self, names: &[&str]) -> (String, Vec<u8>) {
+        let key = KeyPair::generate().expect("leaf key");
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let p = CertificateParams::new(names).expect("leaf params");
+        let cert = p.signed_by(&key, &self.cert, &self.key).expect("sign leaf");
+        (
+            format!("{}{}", cert.pem(), key.serialize_pem()),
+            cert.der().to_vec(),
+        )
+    }
+
+    fn pem(&self) -> String {
+        self.cert.pem()
+    }
+
+    fn der(&self) -> CertificateDer<'static> {
+        self.cert.der().clone()
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A TLS client trusting `ca`, offering `alpn`.
+fn client_config(ca: &Ca, alpn: &[&str]) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der()).expect("add root");
+    let mut c = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    c.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    Arc::new(c)
+}
+
+type Client = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
+/// Connect to shunt at `addr` and finish the handshake for `sni`.
+async fn tls_connect(addr: SocketAddr, sni: &str, cfg: Arc<rustls::ClientConfig>) -> Client {
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to shunt");
+    let name = ServerName::try_from(sni.to_string()).expect("server name");
+    tokio::time::timeout(
+        IO_LIMIT,
+        tokio_rustls::TlsConnector::from(cfg).connect(name, tcp),
+    )
+    .await
+    .expect("handshake in time")
+    .expect("handshake with shunt")
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Send `data`, close (close_notify + FIN), and read until EOF, concurrently.
+async fn exchange(s: Client, data: &[u8]) -> Vec<u8> {
+    let (mut rd, mut wr) = tokio::io::split(s);
+    let write = async {
+        for chunk in data.chunks(100_000) {
+            wr.write_all(chunk).await.expect("write through shunt");
+        }
+        wr.shutdown().await.expect("close_notify + FIN");
+    };
+    let read = async {
+        let mut got = Vec::with_capacity(data.len());
+        rd.read_to_end(&mut got).await.expect("read until EOF");
+        got
+    };
+    let ((), got) = tokio::time::timeout(IO_LIMIT, async { tokio::join!(write, read) })
+        .await
+        .expect("exchange in time");
+    got
+}
+
+/// The one byte a tagged echo server starts with, then an echo of `msg`.
+async fn tag_and_echo(mut s: Client, msg: &[u8]) -> (u8, Vec<u8>) {
+    let mut tag = [0u8; 1];
+    s.read_exact(&mut tag).await.expect("server tag");
+    s.write_all(msg).await.expect("write");
+    let mut back = vec![0u8; msg.len()];
+    s.read_exact(&mut back).await.expect("echo");
+    (tag[0], back)
+}
+
+/// Writes `pem` to `dir/name`; returns the path.
+fn write(dir: &Path, name: &str, pem: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, pem).expect("write pem");
+    p.display().to_string()
+}
+
+const DEFAULTS: &str = "defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n\n";
+
+/// A TLS echo server on 127.0.0.1 port 0 serving `pem` (certificate + key).
+struct TlsEcho {
+    addr: SocketAddr,
+    _thread: std::thread::JoinHandle<()>,
+}
+
+impl TlsEcho {
+    fn start(pem: &str) -> TlsEcho {
+        let certs: Vec<CertificateDer<'static>> =
+            rustls::pki_types::pem::PemObject::pem_slice_iter(pem.as_bytes())
+                .collect::<Result<_, _>>()
+                .expect("certs");
+        let key: PrivateKeyDer<'static> =
+            rustls::pki_types::pem::PemObject::from_pem_slice(pem.as_bytes()).expect("key");
+        let cfg = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .expect("server cert");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind TLS echo");
+        l.set_nonblocking(true).expect("nonblocking");
+        let addr = l.local_addr().expect("addr");
+        let thread = std::thread::spawn(move || {
+            rt().block_on(async move {
+                let l = tokio::net::TcpListener::from_std(l).expect("listener");
+                let local = tokio::task::LocalSet::new();
+                local
+                    .run_until(async move {
+                        loop {
+                            let Ok((s, _)) = l.accept().await else { return };
+                            let acceptor = acceptor.clone();
+                            tokio::task::spawn_local(async move {
+                                let Ok(tls) = acceptor.accept(s).await else {
+                                    return;
+                                };
+                                let (mut r, mut w) = tokio::io::split(tls);
+                                if tokio::io::copy(&mut r, &mut w).await.is_ok() {
+                                    let _ = w.shutdown().await;
+                                }
+                            });
+                        }
+                    })
+                    .await;
+            })
+        });
+        TlsEcho {
+            addr,
+            _thread: thread,
+        }
+    }
+}
+
+#[test]
+fn terminated_bytes_cross_exactly_both_ways_with_half_close_and_are_counted() {
+    let ca = Ca::new("shunt test CA");
+    let certs = TempDir::new("tls-bulk");
+    let (pem, _) = ca.leaf(&["a.test"]);
+    let crt = write(certs.path(), "a.pem", &pem);
+    let echo = Server::echo();
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket @DIR@/admin.sock level admin\n\n{DEFAULTS}\
+         frontend fe\n    bind 127.0.0.1:{port} ssl crt {crt}\n    default_backend be\n\n\
+         backend be\n    server s1 {}\n",
+        echo.addr
+    );
+    let shunt = Shunt::start(&cfg, &[]);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let data = pattern(BULK, 17);
+    let got = rt().block_on(async {
+        let s = tls_connect(addr, "a.test", client_config(&ca, &[])).await;
+        exchange(s, &data).await
+    });
+    assert_eq!(got.len(), data.len(), "bytes echoed back");
+    assert_eq!(sha256(&got), sha256(&data), "echoed bytes differ");
+    // HAProxy counts the decrypted stream: exactly the payload each way.
+    let sock = shunt.sock();
+    eventually("bin/bout counted", Duration::from_secs(10), || {
+        stat(&sock, "fe", "FRONTEND", "bin") == BULK as u64
+            && stat(&sock, "fe", "FRONTEND", "bout") == BULK as u64
+    });
+    assert_eq!(stat(&sock, "be", "s1", "bin"), BULK as u64);
+    let info = show_info(&sock);
+    assert_eq!(
+        info.get("Ktls").map(String::as_str),
+        Some(expected_ktls()),
+        "show info: {info:?}"
+    );
+    assert!(
+        shunt
+            .stderr()
+            .contains("TLS flows are forwarded in userspace"),
+        "start-up notice missing:\n{}",
+        shunt.stderr()
+    );
+}
+
+/// What `show info` must say about kTLS on this kernel.
+fn expected_ktls() -> &'static str {
+    let ulps = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp").unwrap_or_default();
+    if ulps.split_whitespace().any(|u| u == "tls") {
+        "available (TLS flows forwarded in userspace)"
+    } else {
+        "no tls ULP (TLS flows forwarded in userspace)"
+    }
+}
+
+#[test]
+fn alpn_is_negotiated_in_the_listeners_order() {
+    let ca = Ca::new("shunt test CA");
+    let certs = TempDir::new("tls-alpn");
+    let (pem, _) = ca.leaf(&["a.test"]);
+    let crt = write(certs.path(), "a.pem", &pem);
+    let echo = Server::echo();
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:{port} ssl crt {crt} alpn h2,http/1.1 ssl-min-ver TLSv1.2\n    default_backend be\n\n\
+         backend be\n    server s1 {}\n",
+        echo.addr
+    );
+    let _shunt = Shunt::start(&cfg, &[]);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    rt().block_on(async {
+        let both = tls_connect(addr, "a.test", client_config(&ca, &["http/1.1", "h2"])).await;
+        assert_eq!(both.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        let old = tls_connect(addr, "a.test", client_config(&ca, &["http/1.1"])).await;
+        assert_eq!(old.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+        // And the flow still forwards.
+        let got = exchange(old, b"ping").await;
+        assert_eq!(got, b"ping");
+    });
+}
+
+#[test]
+fn sni_of_the_terminated_handshake_picks_certificate_and_backend() {
+    let ca = Ca::new("shunt test CA");
+    let certs = TempDir::new("tls-sni");
+    let (a, _) = ca.leaf(&["a.test"]);
+    let (b, _) = ca.leaf(&["b.test", "*.w.test"]);
+    let crt_a = write(certs.path(), "a.pem", &a);
+    let crt_b = write(certs.path(), "b.pem", &b);
+    let servers: Vec<Server> = (0..2).map(Server::tagged_echo).collect();
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:{port} ssl crt {crt_a} crt {crt_b}\n\
+         \x20   use_backend bb if {{ req.ssl_sni -i b.test }} || {{ req.ssl_sni -m end .w.test }}\n\
+         \x20   default_backend aa\n\n\
+         backend aa\n    server s {}\n\nbackend bb\n    server s {}\n",
+        servers[0].addr, servers[1].addr
+    );
+    let _shunt = Shunt::start(&cfg, &[]);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    // The client checks the name: a handshake for b.test succeeds only with
+    // certificate b, so each line also proves the certificate chosen.
+    rt().block_on(async {
+        for (sni, tag) in [("a.test", 0u8), ("b.test", 1), ("x.w.test", 1)] {
+            let s = tls_connect(addr, sni, client_config(&ca, &[])).await;
+            let (got, back) = tag_and_echo(s, sni.as_bytes()).await;
+            assert_eq!(got, tag, "SNI {sni} reached the wrong backend");
+            assert_eq!(back, sni.as_bytes());
+        }
+    });
+}
+
+#[test]
+fn server_ssl_verify_required_reaches_a_tls_server_and_refuses_a_wrong_ca() {
+    let ca = Ca::new("shunt test CA");
+    let other = Ca::new("some other CA");
+    let dir = TempDir::new("tls-upstream");
+    let (front, _) = ca.leaf(&["a.test"]);
+    let crt = write(dir.path(), "front.pem", &front);
+    let ca_file = write(dir.path(), "ca.pem", &ca.pem());
+    let (good, _) = ca.leaf(&["backend.test"]);
+    let (bad, _) = other.leaf(&["backend.test"]);
+    let good_srv = TlsEcho::start(&good);
+    let bad_srv = TlsEcho::start(&bad);
+    let (p1, p2) = (free_port(), free_port());
+    let cfg = format!(
+        "{DEFAULTS}frontend good\n    bind 127.0.0.1:{p1} ssl crt {crt}\n    default_backend good\n\n\
+         frontend bad\n    bind 127.0.0.1:{p2}\n    default_backend bad\n\n\
+         backend good\n    server s {} ssl verify required ca-file {ca_file} sni str(backend.test)\n\n\
+         backend bad\n    retries 0\n    server s {} ssl verify required ca-file {ca_file} sni str(backend.test)\n",
+        good_srv.addr, bad_srv.addr
+    );
+    let shunt = Shunt::start(&cfg, &[]);
+    let data = pattern(1 << 20, 5);
+    // TLS on both sides: decrypted by shunt, encrypted again to the server.
+    let got = rt().block_on(async {
+        let s = tls_connect(
+            SocketAddr::from(([127, 0, 0, 1], p1)),
+            "a.test",
+            client_config(&ca, &[]),
+        )
+        .await;
+        exchange(s, &data).await
+    });
+    assert_eq!(sha256(&got), sha256(&data), "through a TLS server");
+    // A plain client to a server whose certificate the CA did not sign: the
+    // flow ends without a byte from the server.
+    let mut c = connect(SocketAddr::from(([127, 0, 0, 1], p2)));
+    c.set_read_timeout(Some(IO_LIMIT)).expect("timeout");
+    std::io::Write::write_all(&mut c, b"hello").expect("write");
+    let back = read_to_end(&mut c).unwrap_or_default();
+    assert!(
+        back.is_empty(),
+        "a server that failed verification answered"
+    );
+    let t0 = Instant::now();
+    while !shunt.stderr().contains("SSL handshake failure with server") {
+        assert!(
+            t0.elapsed() < IO_LIMIT,
+            "the failed verification is not logged:\n{}",
+            shunt.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_bad_certificate_is_a_configuration_error_at_its_bind_line() {
+    let dir = TempDir::new("tls-badcrt");
+    let bad = write(dir.path(), "bad.pem", "not a certificate\n");
+    let cfg = dir.path().join("t.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1 ssl crt {bad}\n    default_backend be\n\nbackend be\n    server s 127.0.0.1:2\n"
+        ),
+    )
+    .expect("write cfg");
+    let (code, _, err) = check_config(&[&cfg]);
+    assert_eq!(code, 1, "{err}");
+    let want = format!(
+        "parsing [{}:8] : 'bind 127.0.0.1:1' in section 'frontend' : unable to load certificate from file '{bad}'.",
+        cfg.display()
+    );
+    assert!(err.contains(&want), "want {want}\ngot {err}");
+}
+
+/// `shunt -c` and `haproxy -c` agree (valid or not) on the sample configurations.
+#[test]
+fn shunt_and_haproxy_agree_on_the_tls_samples() {
+    let haproxy = Path::new("/usr/sbin/haproxy");
+    if !haproxy.exists() {
+        eprintln!("SKIPPED: /usr/sbin/haproxy is not installed; nothing to compare with");
+        return;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/tls");
+    let mut seen = 0;
+    let mut entries: Vec<_> = std::fs::read_dir(&dir)
+        .expect("testdata/tls")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "cfg"))
+        .collect();
+    entries.sort();
+    for cfg in entries {
+        let name = cfg.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let run = |bin: &Path| {
+            std::process::Command::new(bin)
+                .arg("-c")
+                .arg("-f")
+                .arg(name)
+                .current_dir(&dir)
+                .output()
+                .expect("run -c")
+        };
+        let s = run(&shunt_bin());
+        let h = run(haproxy);
+        assert_eq!(
+            s.status.success(),
+            h.status.success(),
+            "{name}: shunt says {}, haproxy says {}",
+            String::from_utf8_lossy(&s.stderr),
+            String::from_utf8_lossy(&h.stderr)
+        );
+        let want_ok = name.starts_with("ok_");
+        assert_eq!(s.status.success(), want_ok, "{name}: {:?}", s);
+        if !want_ok {
+            // The same words: HAProxy's first alert, after its "config : ".
+            let h_err = String::from_utf8_lossy(&h.stderr);
+            let first = h_err
+                .lines()
+                .find_map(|l| l.split_once("config : ").map(|(_, m)| m.to_string()))
+                .expect("haproxy's alert");
+            let s_err = String::from_utf8_lossy(&s.stderr);
+            assert!(
+                s_err.contains(&first),
+                "{name}: haproxy: {first}\nshunt: {s_err}"
+            );
+        }
+        seen += 1;
+    }
+    assert!(seen >= 4, "only {seen} samples in {}", dir.display());
+}
+
+#[test]
+fn a_reload_serves_the_new_contents_of_the_certificate_file() {
+    let ca = Ca::new("shunt test CA");
+    let shared = TempDir::new("tls-reload");
+    let (a, der_a) = ca.leaf(&["a.test"]);
+    let (b, der_b) = ca.leaf(&["a.test"]);
+    let crt = write(shared.path(), "site.pem", &a);
+    let echo = Server::echo();
+    let port = free_port();
+    let cfg = format!(
+        "{}{DEFAULTS}frontend fe\n    bind 127.0.0.1:{port} ssl crt {crt}\n    default_backend be\n\nbackend be\n    server s1 {}\n",
+        reload_global(shared.path(), true, ""),
+        echo.addr
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let served = || {
+        rt().block_on(async {
+            let s = tls_connect(addr, "a.test", client_config(&ca, &[])).await;
+            let der = s
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .map(|c| c.to_vec())
+                .expect("peer certificate");
+            assert_eq!(exchange(s, b"x").await, b"x");
+            der
+        })
+    };
+    let mut old = Shunt::start(&cfg, &[]);
+    assert!(served() == der_a, "the first process does not serve A");
+    std::fs::write(&crt, &b).expect("replace certificate");
+    // The running process read its certificates at start: still A.
+    assert!(
+        served() == der_a,
+        "the certificate changed without a reload"
+    );
+    let sock = shared.path().join("admin.sock").display().to_string();
+    let old_pid = pid_in(&shared.path().join("shunt.pid")).to_string();
+    let new = Shunt::start(&cfg, &["-x", &sock, "-sf", &old_pid]);
+    assert!(
+        old.wait(Duration::from_secs(10)).is_some(),
+        "old process did not exit:\n{}",
+        plain(&old.stderr())
+    );
+    assert!(
+        served() == der_b,
+        "after the reload, not B:\n{}",
+        plain(&new.stderr())
+    );
+}
+
+#[test]
+fn a_failed_handshake_closes_only_its_connection_and_is_logged() {
+    let ca = Ca::new("shunt test CA");
+    let certs = TempDir::new("tls-hsfail");
+    let (pem, _) = ca.leaf(&["a.test"]);
+    let crt = write(certs.path(), "a.pem", &pem);
+    let echo = Server::echo();
+    let (port, slow_port) = (free_port(), free_port());
+    let cfg = format!(
+        "global\n    stats socket @DIR@/admin.sock level admin\n\n{DEFAULTS}\
+         frontend fe\n    log stderr format raw local0\n    bind 127.0.0.1:{port} ssl crt {crt}\n    default_backend be\n\n\
+         frontend slow\n    log stderr format raw local0\n    timeout client 500ms\n    bind 127.0.0.1:{slow_port} ssl crt {crt}\n    default_backend be\n\n\
+         backend be\n    server s1 {}\n",
+        echo.addr
+    );
+    let shunt = Shunt::start(&cfg, &[]);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let slow = SocketAddr::from(([127, 0, 0, 1], slow_port));
+    rt().block_on(async {
+        // A flow in the middle of its life while the bad ones come and go.
+        let mut good = tls_connect(addr, "a.test", client_config(&ca, &[])).await;
+        // Not TLS at all.
+        let mut junk = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        junk.write_all(b"GET / HTTP/1.0\r\n\r\n")
+            .await
+            .expect("write junk");
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(IO_LIMIT, junk.read_to_end(&mut rest)).await;
+        // Silent: closed at `timeout client` (of its own frontend).
+        let t0 = Instant::now();
+        let mut silent = tokio::net::TcpStream::connect(slow).await.expect("connect");
+        let n = tokio::time::timeout(IO_LIMIT, silent.read(&mut [0u8; 1]))
+            .await
+            .expect("closed in time");
+        assert!(matches!(n, Ok(0) | Err(_)), "nothing sent: {n:?}");
+        let waited = t0.elapsed();
+        assert!(
+            waited >= Duration::from_millis(400),
+            "closed before timeout client: {waited:?}"
+        );
+        // The good flow still works.
+        good.write_all(b"still here").await.expect("write");
+        let mut back = [0u8; 10];
+        good.read_exact(&mut back).await.expect("echo");
+        assert_eq!(&back, b"still here");
+    });
+    eventually("the log lines", Duration::from_secs(10), || {
+        let log = shunt.stderr();
+        log.contains("fe/1: SSL handshake failure")
+            && log.contains("slow/1: Timeout during SSL handshake")
+    });
+    // As HAProxy: an embryonic connection is no session.
+    assert_eq!(stat(&shunt.sock(), "fe", "FRONTEND", "stot"), 1);
+}
