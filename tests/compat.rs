@@ -69,13 +69,14 @@ fn debian_stock_config_is_accepted_with_a_warning_per_keyword_that_does_not_appl
     let at = |line: usize, kw: &str, what: &str| {
         format!("parsing [{DEBIAN}:{line}] : '{kw}' ignored: shunt does not {what}.")
     };
+    let openssl = |line: usize, kw: &str| {
+        format!("parsing [{DEBIAN}:{line}] : '{kw}' ignored: shunt does not take OpenSSL settings (rustls picks its own).")
+    };
     let mut want = vec![
         format!("parsing [{DEBIAN}:11] : 'daemon' ignored: shunt always runs in the foreground."),
-        at(14, "ca-base", "terminate TLS"),
-        at(15, "crt-base", "terminate TLS"),
-        at(18, "ssl-default-bind-ciphers", "terminate TLS"),
-        at(19, "ssl-default-bind-ciphersuites", "terminate TLS"),
-        at(20, "ssl-default-bind-options", "terminate TLS"),
+        openssl(18, "ssl-default-bind-ciphers"),
+        openssl(19, "ssl-default-bind-ciphersuites"),
+        openssl(20, "ssl-default-bind-options"),
         at(
             24,
             "mode http",
@@ -86,6 +87,13 @@ fn debian_stock_config_is_accepted_with_a_warning_per_keyword_that_does_not_appl
     // HAProxy's own warning, word for word (it gives the same one).
     let fallback = format!("parsing [{DEBIAN}:25] : 'option httplog' not usable with proxy 'tcp_in' (needs 'mode http'). Falling back to 'option tcplog'.");
     want.push(fallback.clone());
+    // The bases apply to TLS paths; the Debian file has none for them.
+    want.push(format!(
+        "parsing [{DEBIAN}:15] : 'crt-base' ignored: no 'bind ... crt' path uses it."
+    ));
+    want.push(format!(
+        "parsing [{DEBIAN}:14] : 'ca-base' ignored: no 'server ... ca-file' path uses it."
+    ));
     assert_eq!(ours, want);
     match haproxy_check(Path::new(DEBIAN)) {
         None => eprintln!("SKIP the HAProxy half: no haproxy binary (apt-get install haproxy); shunt's verdict is still checked"),

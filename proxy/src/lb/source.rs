@@ -59,12 +59,23 @@ impl Source {
 }
 /// A well-mixed 32-bit hash of an address (the port is not part of it).
 pub(crate) fn hash_ip(ip: IpAddr) -> u32 {
-    let bytes: Vec<u8> = match ip {
-        IpAddr::V4(v4) => v4.octets().to_vec(),
+    // On the stack: a pick allocates nothing.
+    let mut buf = [0u8; 16];
+    let bytes: &[u8] = match ip {
+        IpAddr::V4(v4) => {
+            buf[..4].copy_from_slice(&v4.octets());
+            &buf[..4]
+        }
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             // A v4-mapped client hashes like its plain v4 form.
-            Some(v4) => v4.octets().to_vec(),
-            None => v6.octets().to_vec(),
+            Some(v4) => {
+                buf[..4].copy_from_slice(&v4.octets());
+                &buf[..4]
+            }
+            None => {
+                buf.copy_from_slice(&v6.octets());
+                &buf[..]
+            }
         },
     };
     let mut h: u32 = 0;
