@@ -985,7 +985,12 @@ pub fn run(
             let s = match slot.take() {
                 Some(s) => s,
                 None => match be_rt
-                    .acquire_sticky(peer, sticking.server, exclude, be.timeouts.queue)
+                    .acquire_sticky(
+                        crate::lb::FlowKey { src: peer, dst },
+                        sticking.server,
+                        exclude,
+                        be.timeouts.queue,
+                    )
                     .await
                 {
                     Ok(s) => s,

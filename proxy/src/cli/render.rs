@@ -577,6 +577,8 @@ fn algo_name(b: Balance) -> &'static str {
         Balance::First => "first",
         Balance::Source => "source",
         Balance::Random => "random",
+        // HAProxy's `show backend`/`algo` name for `balance hash`.
+        Balance::Hash(_) => "hash",
     }
 }
 

@@ -305,6 +305,31 @@ pub enum Balance {
     First,
     Source,
     Random,
+    /// `balance hash EXPR`: the hash of one layer-4 sample of the flow.
+    Hash(HashKey),
+}
+
+/// What `balance hash` hashes: the layer-4 samples (HAProxy takes any sample
+/// expression; shunt the ones a TCP flow has before its first byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashKey {
+    Src,
+    SrcPort,
+    Dst,
+    DstPort,
+}
+
+impl HashKey {
+    /// The sample by its fetch name.
+    pub fn by_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "src" => HashKey::Src,
+            "src_port" => HashKey::SrcPort,
+            "dst" => HashKey::Dst,
+            "dst_port" => HashKey::DstPort,
+            _ => return None,
+        })
+    }
 }
 
 /// `on-error` of `observe layer4`: what a run of `error-limit` consecutive

@@ -161,6 +161,20 @@ impl Drop for Wait<'_> {
     }
 }
 
+/// What the hash-based algorithms may read of a flow: its client, and the
+/// address it reached when known (`balance hash dst|dst_port`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowKey {
+    pub src: SocketAddr,
+    pub dst: Option<SocketAddr>,
+}
+
+impl From<SocketAddr> for FlowKey {
+    fn from(src: SocketAddr) -> Self {
+        FlowKey { src, dst: None }
+    }
+}
+
 impl BackendRt {
     pub fn new(cfg: &crate::config::Backend) -> Arc<BackendRt> {
         let servers: Vec<Arc<ServerRt>> = cfg
@@ -174,7 +188,8 @@ impl BackendRt {
             Balance::StaticRr => Algo::StaticRr(StaticRr::default()),
             Balance::LeastConn => Algo::LeastConn(LeastConn::default()),
             Balance::First => Algo::First,
-            Balance::Source => Algo::Source(Source::new(cfg.opts.hash_type)),
+            Balance::Source => Algo::Source(Source::new(cfg.opts.hash_type, None)),
+            Balance::Hash(k) => Algo::Source(Source::new(cfg.opts.hash_type, Some(k))),
             Balance::Random => Algo::Random,
         };
         Arc::new(BackendRt {
@@ -230,9 +245,9 @@ impl BackendRt {
     /// Pure selection (no slot taken): the server a connection would go to
     /// now, or `None` when there is no usable server or it would have to
     /// queue. Advances the algorithm (round-robin position) like a real pick.
-    pub fn pick(&self, client: SocketAddr, exclude: Option<usize>) -> Option<usize> {
+    pub fn pick(&self, client: impl Into<FlowKey>, exclude: Option<usize>) -> Option<usize> {
         let mut st = self.lock();
-        match self.select(&mut st, client, exclude) {
+        match self.select(&mut st, client.into(), exclude) {
             Some(Choice::Server(i)) => Some(i),
             _ => None,
         }
@@ -247,7 +262,7 @@ impl BackendRt {
     /// waiter.
     pub async fn acquire(
         self: &Arc<Self>,
-        client: SocketAddr,
+        client: impl Into<FlowKey>,
         exclude: Option<usize>,
         queue_timeout: Option<Duration>,
     ) -> Result<Slot, AcquireError> {
@@ -263,11 +278,12 @@ impl BackendRt {
     /// pick.
     pub async fn acquire_sticky(
         self: &Arc<Self>,
-        client: SocketAddr,
+        client: impl Into<FlowKey>,
         sticky: Option<usize>,
         exclude: Option<usize>,
         queue_timeout: Option<Duration>,
     ) -> Result<Slot, AcquireError> {
+        let client: FlowKey = client.into();
         let sticky = sticky.filter(|&i| {
             Some(i) != exclude && self.servers.get(i).is_some_and(|s| s.takes_sticky())
         });
@@ -403,7 +419,7 @@ impl BackendRt {
     }
 
     /// Run the algorithm; `None` when no server is usable.
-    fn select(&self, st: &mut State, client: SocketAddr, exclude: Option<usize>) -> Option<Choice> {
+    fn select(&self, st: &mut State, client: FlowKey, exclude: Option<usize>) -> Option<Choice> {
         let cands = self.candidates(exclude);
         if cands.is_empty() {
             return None;

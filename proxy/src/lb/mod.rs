@@ -26,7 +26,7 @@ pub mod spares;
 mod static_rr;
 pub mod status;
 
-pub use backend::{AcquireError, BackendRt, Slot};
+pub use backend::{AcquireError, BackendRt, FlowKey, Slot};
 pub use server::{
     AdminNote, AdminState, Change, Effective, OpState, ProbeTargets, ServerRt, Transition,
     MAX_WEIGHT,

@@ -1,4 +1,5 @@
-//! `balance source`: hash of the client IP address, looked up in the static
+//! `balance source`: hash of the client IP address (`balance hash EXPR`: of
+//! the flow's source or destination address or port), looked up in the static
 //! weight map (`hash-type map-based`, the default: `hash % total weight`) or
 //! on the consistent-hash ring (`hash-type consistent`, `chash.rs`), so a
 //! client keeps its server for as long as the server set is unchanged (and,
@@ -9,31 +10,51 @@
 //! elsewhere. When it is excluded (redispatch) the next map entry (or ring
 //! point) that is not excluded is used.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 use super::algo::{Choice, Ctx};
+use super::backend::FlowKey;
 use super::chash::Ring;
 use super::map::WeightMap;
-use crate::config::HashType;
+use crate::config::{HashKey, HashType};
 
 #[derive(Debug)]
-pub(crate) enum Source {
+pub(crate) struct Source {
+    table: Table,
+    /// `balance hash`'s sample; `None`: `balance source` (the client's address).
+    key: Option<HashKey>,
+}
+
+#[derive(Debug)]
+enum Table {
     Map(WeightMap),
     Ring(Ring),
 }
 
 impl Source {
-    pub fn new(hash_type: HashType) -> Self {
-        match hash_type {
-            HashType::MapBased => Source::Map(WeightMap::default()),
-            HashType::Consistent => Source::Ring(Ring::default()),
+    pub fn new(hash_type: HashType, key: Option<HashKey>) -> Self {
+        let table = match hash_type {
+            HashType::MapBased => Table::Map(WeightMap::default()),
+            HashType::Consistent => Table::Ring(Ring::default()),
+        };
+        Source { table, key }
+    }
+
+    /// The hash of the flow's sample. A destination that is unknown (the
+    /// socket lost its address) hashes as 0: one server for all such flows.
+    fn hash(&self, k: FlowKey) -> u32 {
+        match self.key {
+            None | Some(HashKey::Src) => hash_ip(k.src.ip()),
+            Some(HashKey::SrcPort) => avalanche(u32::from(k.src.port())),
+            Some(HashKey::Dst) => k.dst.map_or(0, |d| hash_ip(d.ip())),
+            Some(HashKey::DstPort) => k.dst.map_or(0, |d| avalanche(u32::from(d.port()))),
         }
     }
 
-    pub fn pick(&mut self, ctx: &Ctx<'_>, client: SocketAddr) -> Option<Choice> {
-        let h = hash_ip(client.ip());
-        let s = match self {
-            Source::Map(map) => {
+    pub fn pick(&mut self, ctx: &Ctx<'_>, client: FlowKey) -> Option<Choice> {
+        let h = self.hash(client);
+        let s = match &mut self.table {
+            Table::Map(map) => {
                 map.refresh(ctx);
                 let table = map.table();
                 let len = table.len();
@@ -45,7 +66,7 @@ impl Source {
                     .map(|k| table[(start + k) % len])
                     .find(|&s| ctx.exclude != Some(s))?
             }
-            Source::Ring(ring) => {
+            Table::Ring(ring) => {
                 ring.refresh(ctx);
                 ring.lookup(h, ctx.exclude)?
             }

@@ -985,3 +985,45 @@ fn a_sticky_server_wins_over_the_algorithm_while_it_takes_traffic() {
         "excluded"
     );
 }
+
+#[test]
+fn balance_hash_keys_on_the_sample_it_names() {
+    use crate::config::HashKey;
+    use crate::lb::FlowKey;
+    let servers = [s(1), s(1), s(1), s(1)];
+    let at = |i: usize, dport: u16| FlowKey {
+        src: client(i),
+        dst: Some(SocketAddr::from(([127, 0, 0, 1], dport))),
+    };
+    // `hash dst_port`: one server per port, whatever the client.
+    let be = backend(Balance::Hash(HashKey::DstPort), &servers);
+    for port in [80u16, 443, 3306, 6379, 8080] {
+        let first = be.pick(at(0, port), None).expect("pick");
+        assert!(
+            (1..200).all(|i| be.pick(at(i, port), None) == Some(first)),
+            "every client to port {port} goes to one server"
+        );
+    }
+    // Ports spread: 64 ports reach more than one server.
+    let used: std::collections::HashSet<_> = (0..64u16)
+        .filter_map(|p| be.pick(at(0, 1000 + p), None))
+        .collect();
+    assert!(used.len() > 1, "ports spread over the servers: {used:?}");
+    // `hash src` is `balance source`: the same server for the same client.
+    let by_src = backend(Balance::Hash(HashKey::Src), &servers);
+    let source = backend(Balance::Source, &servers);
+    for i in 0..500 {
+        assert_eq!(by_src.pick(at(i, 1), None), source.pick(client(i), None));
+        assert_eq!(by_src.pick(at(i, 1), None), by_src.pick(at(i, 2), None));
+    }
+    // `hash src_port`: the client's port decides, not its address.
+    let by_sport = backend(Balance::Hash(HashKey::SrcPort), &servers);
+    let from = |i: usize, port: u16| FlowKey {
+        src: SocketAddr::from(([10, 0, (i >> 8) as u8, i as u8], port)),
+        dst: None,
+    };
+    for port in [1000u16, 2000, 3000] {
+        let first = by_sport.pick(from(0, port), None);
+        assert!((1..100).all(|i| by_sport.pick(from(i, port), None) == first));
+    }
+}

@@ -558,9 +558,19 @@ fn balance(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
         Some("first") => Balance::First,
         Some("source") => Balance::Source,
         Some("random") => Balance::Random,
+        Some("hash") => {
+            let Some(expr) = l.arg(2) else {
+                return Err("balance hash requires a sample expression.".to_string());
+            };
+            let key = HashKey::by_name(expr).ok_or_else(|| {
+                format!("'balance hash' : shunt hashes only the samples 'src', 'src_port', 'dst' and 'dst_port' (got '{expr}').")
+            })?;
+            d.balance = Balance::Hash(key);
+            return no_extra(l.args, 3, l.kw());
+        }
         other => {
             return Err(format!(
-                "'balance' only supports 'roundrobin', 'static-rr', 'leastconn', 'first', 'source' and 'random' (got '{}').",
+                "'balance' only supports 'roundrobin', 'static-rr', 'leastconn', 'first', 'source', 'random' and 'hash' (got '{}').",
                 other.unwrap_or("")
             ))
         }
