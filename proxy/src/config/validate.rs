@@ -328,16 +328,7 @@ fn connection_rules(
         resolve_acl_tables(&mut cond, &d.name, at, tix, errors);
         let mut action = r.action.clone();
         if let TcpConnAction::TrackSc(t) = &mut action {
-            match tix(&t.table.name) {
-                Some(i) => t.table.index = i,
-                None => errors.push(ConfigError::Parse {
-                    at: t.table.at.clone(),
-                    msg: format!(
-                        "Proxy '{}': unable to find table '{}' referenced by track-sc{}.",
-                        d.name, t.table.name, t.sc
-                    ),
-                }),
-            }
+            resolve_track(t, &d.name, tix, errors);
         }
         out.push(TcpConnRule { action, cond });
     }
@@ -421,7 +412,28 @@ fn complete(cond: &Option<Cond>, acls: &[super::acl::NamedAcl]) -> Option<Cond> 
     })
 }
 
-/// A proxy's `tcp-request content` rules, their named ACLs completed.
+/// Points a `track-scN` action at its table (HAProxy's message, at the
+/// rule's line, when there is none of that name).
+fn resolve_track(
+    t: &mut TrackSc,
+    proxy: &str,
+    tix: &dyn Fn(&str) -> Option<usize>,
+    errors: &mut Vec<ConfigError>,
+) {
+    match tix(&t.table.name) {
+        Some(i) => t.table.index = i,
+        None => errors.push(ConfigError::Parse {
+            at: t.table.at.clone(),
+            msg: format!(
+                "Proxy '{proxy}': unable to find table '{}' referenced by track-sc{}.",
+                t.table.name, t.sc
+            ),
+        }),
+    }
+}
+
+/// A proxy's `tcp-request content` rules: named ACLs completed, the tables
+/// their conditions and `track-sc*` actions name resolved.
 fn content_rules(
     d: &ProxyDraft,
     tix: &dyn Fn(&str) -> Option<usize>,
@@ -434,16 +446,7 @@ fn content_rules(
             resolve_acl_tables(&mut cond, &d.name, &d.loc, tix, errors);
             let mut action = r.action.clone();
             if let ContentAction::TrackSc(t) = &mut action {
-                match tix(&t.table.name) {
-                    Some(i) => t.table.index = i,
-                    None => errors.push(ConfigError::Parse {
-                        at: t.table.at.clone(),
-                        msg: format!(
-                            "Proxy '{}': unable to find table '{}' referenced by track-sc{}.",
-                            d.name, t.table.name, t.sc
-                        ),
-                    }),
-                }
+                resolve_track(t, &d.name, tix, errors);
             }
             ContentRule { action, cond }
         })
