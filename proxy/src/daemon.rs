@@ -265,17 +265,31 @@ fn drop_privileges(
 /// stats sockets in place, log sockets, the pidfile, the server-state file
 /// read, BPF loaded and pinned) and before the privilege drop, as HAProxy.
 /// What the process still opens by path afterwards resolves inside DIR:
-/// docs/configuration.md ("chroot") lists it.
-fn enter_chroot(config: &Config) -> Result<(), DaemonError> {
-    let Some(dir) = &config.global.chroot else {
+/// docs/configuration.md ("chroot") lists it. `jail` is DIR opened in stage 1
+/// ([`open_chroot`]), so that a missing DIR fails before anything is published.
+fn enter_chroot(config: &Config, jail: Option<&std::os::fd::OwnedFd>) -> Result<(), DaemonError> {
+    let (Some(dir), Some(jail)) = (&config.global.chroot, jail) else {
         return Ok(());
     };
-    crate::sys::root::enter(dir).map_err(|source| DaemonError::Chroot {
+    crate::sys::root::enter(jail).map_err(|source| DaemonError::Chroot {
         dir: dir.clone(),
         source,
     })?;
     tracing::info!(dir = %dir.display(), "chrooted");
     Ok(())
+}
+
+/// The `chroot` directory, opened in stage 1 (see [`enter_chroot`]).
+fn open_chroot(config: &Config) -> Result<Option<std::os::fd::OwnedFd>, DaemonError> {
+    let Some(dir) = &config.global.chroot else {
+        return Ok(None);
+    };
+    crate::sys::root::open(dir)
+        .map(Some)
+        .map_err(|source| DaemonError::Chroot {
+            dir: dir.clone(),
+            source,
+        })
 }
 
 /// Load the BPF program when the mode may use it: the kernel handoff, or
@@ -396,6 +410,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         config.global.group.as_deref(),
     )
     .map_err(|e| DaemonError::Privileges(e.to_string()))?;
+    let jail = open_chroot(&config)?;
     // Opened while we may still connect (the socket's mode may exclude the
     // user we become); used in stage 3.
     let takeover_conn = match (&opts.xfer_socket, opts.old_pids.is_empty()) {
@@ -452,7 +467,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
             tracing::warn!(error = %e, "cannot give the BPF pin directory to the configured user: a final stop will leave the pins");
         }
     }
-    enter_chroot(&config)?;
+    enter_chroot(&config, jail.as_ref())?;
     drop_privileges(drop_to.as_ref(), kernel.is_some())?;
     // Threads started after the drop hold no capability.
     if let Some(log) = log {
