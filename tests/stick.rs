@@ -398,7 +398,16 @@ fn a_full_table_evicts_its_least_recently_used_entry() {
     if haproxy_installed() {
         let hport = free_port();
         let h = Haproxy::start(&cfg.replace(&format!(":{port}\n"), &format!(":{hport}\n")));
-        assert_eq!(t, run(hport, &h.sock()), "shunt (left) and HAProxy (right)");
+        // HAProxy bounds the table the same way; which entry it evicts
+        // varies between its runs (seen once in CI: the newest key refused),
+        // so its half compares the bound, not the keys.
+        let theirs = run(hport, &h.sock());
+        let shape = |t: &str| (t.lines().next().map(str::to_string), t.lines().count());
+        assert_eq!(
+            shape(&t),
+            shape(&theirs),
+            "shunt (left) and HAProxy (right): {theirs}"
+        );
     }
 }
 
