@@ -22,6 +22,7 @@ mod peers;
 mod poolbench;
 mod report;
 mod suite;
+mod tls;
 
 use std::path::PathBuf;
 
@@ -46,7 +47,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub peers: Option<Vec<String>>,
     /// Scenarios to run (default: all): bulk-1, bulk-4, rr-1, rr-50, connect,
-    /// rr-64k, idle, cork, cli; and, only when named, sched-latency (new-flow
+    /// rr-64k, idle, cork, cli, tls; and, only when named, sched-latency (new-flow
     /// latency under heavy CLI work, with and without the one-heavy-per-loop rule)
     /// and pool-ttfb (warm spares with a server 1 ms away: time to first byte and
     /// takeover rate; writes docs/bench/pool-ttfb.md).

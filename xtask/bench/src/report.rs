@@ -80,7 +80,7 @@ const fn m(
 
 /// Every metric in table order; the first of a scenario is the one charted (the cork
 /// probe charts all of its sizes).
-pub const METRICS: [MetricInfo; 27] = [
+pub const METRICS: [MetricInfo; 33] = [
     m("bulk-1", "gbit_s", "Gbit/s", true),
     m("bulk-1", "proxy_cpu_s_per_gb", "proxy CPU s/GB", false),
     m("bulk-1", "host_cpu_s_per_gb", "host CPU s/GB", false),
@@ -108,6 +108,17 @@ pub const METRICS: [MetricInfo; 27] = [
     m("cork", "max_ms_16384", "16384 B max ms", false),
     m("cli", "seconds", "seconds", false),
     m("cli", "adds_per_s", "adds/s", true),
+    m("tls", "handshakes_per_s", "handshakes/s", true),
+    m("tls", "hs_p50_ms", "handshake p50 ms", false),
+    m("tls", "hs_p99_ms", "handshake p99 ms", false),
+    m(
+        "tls",
+        "proxy_cpu_ms_per_hs",
+        "proxy CPU ms/handshake",
+        false,
+    ),
+    m("tls", "gbit_s", "bulk Gbit/s", true),
+    m("tls", "proxy_cpu_s_per_gb", "proxy CPU s/GB", false),
 ];
 
 /// Title and one-line description of each scenario.
@@ -122,6 +133,7 @@ pub fn scenario_text(s: &str) -> (&'static str, &'static str) {
         "idle" => ("Memory at idle flows", "VmRSS of the proxy process holding N idle flows to a server that accepts and never reads (a fresh proxy per measurement; kernel socket memory is not in RSS)."),
         "cork" => ("Splice cork probe", "tune.pipesize 8192; messages of each size echoed one at a time; the slowest round trip per size (a message stuck in a pipe shows as a ~200 ms stall). direct is the floor."),
         "cli" => ("CLI add map stream", "`prompt` then N `add map FILE 10.x.y.z be` lines through one stats-socket connection; time until every command is answered."),
+        "tls" => ("TLS termination", "`bind ... ssl crt` (ECDSA P-256) in front of an echo and a sink: full TLS 1.3 handshakes from 4 client threads (connect, handshake, 16-byte echo, close; resumption off) and one TLS connection pushing the bulk to a sink that reports its byte count; proxy CPU is the process's utime+stime over each part."),
         _ => ("?", ""),
     }
 }

@@ -60,10 +60,15 @@ const MIN_IDLE_FLOWS: usize = 1000;
 const RSS_SETTLE: Duration = Duration::from_millis(300);
 /// Connections redis-benchmark opens at once in the new-connection scenario.
 const CONNECT_CLIENTS: u32 = 4;
+/// Client threads of the TLS handshake run (two cores: enough to keep one proxy
+/// worker busy while clients verify and sign).
+const TLS_CLIENTS: usize = 4;
+/// Bound of one TLS handshake run or push.
+const TLS_LIMIT: Duration = Duration::from_secs(120);
 
 /// Every scenario, in report order.
-pub const SCENARIOS: [&str; 9] = [
-    "bulk-1", "bulk-4", "rr-1", "rr-50", "connect", "rr-64k", "idle", "cork", "cli",
+pub const SCENARIOS: [&str; 10] = [
+    "bulk-1", "bulk-4", "rr-1", "rr-50", "connect", "rr-64k", "idle", "cork", "cli", "tls",
 ];
 
 /// Scenarios run only when named (`--scenarios sched-latency`), never by default
@@ -86,6 +91,10 @@ pub struct Plan {
     pub fresh_rounds: usize,
     pub cork_count: usize,
     pub cli_lines: usize,
+    /// Full TLS handshakes per measurement of `tls`.
+    pub tls_handshakes: usize,
+    /// Plaintext bytes of the `tls` push.
+    pub tls_bytes: u64,
 }
 
 impl Plan {
@@ -104,6 +113,8 @@ impl Plan {
                 fresh_rounds: 1,
                 cork_count: 10,
                 cli_lines: 100_000,
+                tls_handshakes: 300,
+                tls_bytes: 128 << 20,
             }
         } else {
             Plan {
@@ -118,6 +129,8 @@ impl Plan {
                 fresh_rounds: rounds,
                 cork_count: 100,
                 cli_lines: 1_000_000,
+                tls_handshakes: 3_000,
+                tls_bytes: 1 << 30,
             }
         }
     }
@@ -310,6 +323,9 @@ fn run_scenarios(ctx: &mut Ctx, scenarios: &[String], idle_ok: bool) -> Result<(
     }
     if want("cli") {
         cli_scenario(ctx)?;
+    }
+    if want("tls") {
+        tls_scenario(ctx)?;
     }
     Ok(())
 }
@@ -725,6 +741,106 @@ fn cli_scenario(ctx: &mut Ctx) -> Result<()> {
                 Err(e) => ctx.fail("cli", p, r, e)?,
             }
         }
+    }
+    Ok(())
+}
+
+/// TLS termination: full handshakes per second and bulk through a terminated flow, with
+/// the proxy's CPU for each; one shunt (a TLS flow is forwarded in userspace whatever the
+/// mode: the kernel here has no kTLS), plain HAProxy and nginx, each with `ssl crt`.
+fn tls_scenario(ctx: &mut Ctx) -> Result<()> {
+    println!(
+        "xtask: bench: tls ({} handshakes, {} MiB push)",
+        ctx.plan.tls_handshakes,
+        ctx.plan.tls_bytes >> 20
+    );
+    let cert = crate::tls::Cert::make(&ctx.dir)?;
+    let client = cert.client_config()?;
+    let echo = Backend::start("127.0.0.1:0".parse()?, testkit::Kind::Echo)?;
+    let sink = Backend::start("127.0.0.1:0".parse()?, testkit::Kind::Sink { report: true })?;
+    let mut routes = BTreeMap::new();
+    routes.insert("echo".to_string(), echo.addr);
+    routes.insert("sink".to_string(), sink.addr);
+    let mut peers: Vec<Peer> = Vec::new();
+    if let Some(p) = ctx
+        .peers
+        .iter()
+        .find(|p| p.kind == Kind::Shunt("auto"))
+        .or_else(|| ctx.peers.iter().find(|p| matches!(p.kind, Kind::Shunt(_))))
+    {
+        peers.push(*p);
+    }
+    peers.extend(
+        ctx.peers
+            .iter()
+            .filter(|p| matches!(p.kind, Kind::Haproxy { splice: false } | Kind::Nginx)),
+    );
+    let mut running = Vec::new();
+    for p in &peers {
+        let extras = Extras {
+            tls_pem: Some(cert.pem.clone()),
+            maxconn: Some(ctx.maxconn),
+            ..Extras::default()
+        };
+        running.push(peers::start(
+            *p, &routes, &extras, &ctx.shunt, &ctx.dir, "tls",
+        )?);
+    }
+    let mut suite = String::new();
+    for r in 0..ctx.plan.rounds {
+        for p in rotated(&peers, r) {
+            ensure!(!proc::stop_requested(), "interrupted");
+            let Some(run) = running.iter_mut().find(|x| x.peer == p) else {
+                continue;
+            };
+            let got = (|| -> Result<Vec<(&'static str, f64)>> {
+                let pid = run.pid().context("no pid")?;
+                let cpu0 = proc::cpu_seconds(pid)?;
+                let hs = crate::tls::handshakes(
+                    run.front("echo")?,
+                    &client,
+                    ctx.plan.tls_handshakes,
+                    TLS_CLIENTS,
+                    TLS_LIMIT,
+                )?;
+                let cpu1 = proc::cpu_seconds(pid)?;
+                let t =
+                    crate::tls::push(run.front("sink")?, &client, ctx.plan.tls_bytes, TLS_LIMIT)?;
+                let cpu2 = proc::cpu_seconds(pid)?;
+                run.check_alive()?;
+                suite.clone_from(&hs.suite);
+                let n = hs.times.len() as f64;
+                let gb = ctx.plan.tls_bytes as f64 / 1e9;
+                Ok(vec![
+                    ("handshakes_per_s", n / hs.elapsed.as_secs_f64().max(1e-9)),
+                    ("hs_p50_ms", quantile(&hs.times, 0.50).as_secs_f64() * 1e3),
+                    ("hs_p99_ms", quantile(&hs.times, 0.99).as_secs_f64() * 1e3),
+                    ("proxy_cpu_ms_per_hs", (cpu1 - cpu0) * 1e3 / n.max(1.0)),
+                    ("gbit_s", gb * 8.0 / t.as_secs_f64().max(1e-9)),
+                    ("proxy_cpu_s_per_gb", (cpu2 - cpu1) / gb),
+                ])
+            })();
+            match got {
+                Ok(metrics) => {
+                    let shown: Vec<String> =
+                        metrics.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
+                    println!("xtask:   {} r{}: {}", p.label, r + 1, shown.join(", "));
+                    for (k, v) in metrics {
+                        ctx.push("tls", p, r, k, v);
+                    }
+                }
+                Err(e) => ctx.fail("tls", p, r, e)?,
+            }
+        }
+    }
+    if !suite.is_empty() {
+        ctx.notes.push(format!(
+            "tls: TLS 1.3 full handshakes (resumption off), ECDSA P-256 certificate, \
+             {suite}, {TLS_CLIENTS} client threads"
+        ));
+    }
+    for mut run in running {
+        run.stop();
     }
     Ok(())
 }
