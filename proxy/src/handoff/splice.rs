@@ -116,6 +116,9 @@ pub async fn run(
         let mut progressed = false;
         // EAGAIN with bytes in the pipe: readiness kept, don't wait on it.
         let mut read_ambiguous = false;
+        // This read filled the pipe: a bulk transfer, which a larger pipe
+        // moves cheaper (`Lease::grow`).
+        let mut filled = false;
 
         if let Some(pipe) = lease.pipe.as_ref() {
             let (pipe_rd, pipe_wr) = (pipe.rd.as_fd(), pipe.wr.as_fd());
@@ -138,6 +141,7 @@ pub async fn run(
                     Ok(Some(n)) => {
                         lease.pending += n;
                         bulk = n >= cap * MORE_NUM / MORE_DEN;
+                        filled = lease.pending >= cap;
                         // A short splice may mean a full pipe, not an empty
                         // socket: only EAGAIN with an empty pipe is dry.
                         flow.read(dir.from, n, false);
@@ -181,6 +185,9 @@ pub async fn run(
             }
         }
 
+        if filled {
+            lease.grow();
+        }
         if eof && lease.pending == 0 {
             // SHUT_WR pushes any corked tail itself.
             propagate_eof(flow, dir, to)?;
