@@ -3,6 +3,9 @@
 //! once at start-up from the certificates the configuration loaded, and the
 //! kernel's kTLS status.
 //!
+//! The health checks' TLS (`check-ssl`) uses the same client configuration
+//! as the server's traffic when it has `ssl`, else one built for the checks.
+//!
 //! Owns: choosing a certificate by SNI (exact name, then a `*.` wildcard of
 //! the name's parent, else the line's first certificate, as HAProxy's
 //! default certificate), the protocol versions (`ssl-min-ver`), ALPN, and the
@@ -83,6 +86,9 @@ pub struct Contexts {
     binds: Vec<Vec<Option<tokio_rustls::TlsAcceptor>>>,
     /// Per backend, per server: the connector of a `ssl` server.
     servers: Vec<Vec<Option<Connector>>>,
+    /// Per backend, per server: the connector of its TLS checks, the
+    /// traffic's own (one client configuration) when the server has `ssl`.
+    checks: Vec<Vec<Option<Connector>>>,
     kernel: KernelTls,
 }
 
@@ -99,6 +105,7 @@ impl Contexts {
         Self {
             binds: Vec::new(),
             servers: Vec::new(),
+            checks: Vec::new(),
             kernel: KernelTls::Missing,
         }
     }
@@ -124,25 +131,35 @@ impl Contexts {
             binds.push(v);
         }
         let mut servers = Vec::with_capacity(config.backends.len());
+        let mut checks = Vec::with_capacity(config.backends.len());
         for be in &config.backends {
             let mut v = Vec::with_capacity(be.servers.len());
+            let mut c = Vec::with_capacity(be.servers.len());
             for s in &be.servers {
                 let what = || format!("server {}/{}", be.name, s.name);
-                v.push(match &s.tls {
-                    Some(t) => Some(Connector {
+                let connector = |t: &Arc<ServerTls>| -> Result<Connector, TlsError> {
+                    Ok(Connector {
                         connector: tokio_rustls::TlsConnector::from(Arc::new(client_config(
                             t, &provider, &what,
                         )?)),
                         settings: t.clone(),
-                    }),
-                    None => None,
+                    })
+                };
+                let traffic = s.tls.as_ref().map(connector).transpose()?;
+                c.push(match (&s.check_tls, &traffic) {
+                    (Some(t), Some(tc)) if Arc::ptr_eq(t, &tc.settings) => Some(tc.clone()),
+                    (Some(t), _) => Some(connector(t)?),
+                    (None, _) => None,
                 });
+                v.push(traffic);
             }
             servers.push(v);
+            checks.push(c);
         }
         Ok(Self {
             binds,
             servers,
+            checks,
             kernel,
         })
     }
@@ -161,6 +178,12 @@ impl Contexts {
     /// The connector of server `srv` of backend `be`, if it is `ssl`.
     pub fn connector(&self, be: usize, srv: usize) -> Option<&Connector> {
         self.servers.get(be)?.get(srv)?.as_ref()
+    }
+
+    /// The connector of the TLS checks of server `srv` of backend `be`
+    /// (`check-ssl`, a `ssl` server's checks, `tcp-check connect ssl`).
+    pub fn check_connector(&self, be: usize, srv: usize) -> Option<&Connector> {
+        self.checks.get(be)?.get(srv)?.as_ref()
     }
 
     pub fn kernel(&self) -> KernelTls {
@@ -354,6 +377,15 @@ pub fn server_name(
         None => None,
     };
     name.and_then(|n| ServerName::try_from(n.to_string()).ok())
+        .unwrap_or(ServerName::IpAddress(addr.into()))
+}
+
+/// The server name of a health check's handshake: `check-sni`, else the
+/// address (no SNI). As HAProxy, checks never evaluate the server's `sni`
+/// expression, which is a flow's.
+pub fn check_server_name(check_sni: Option<&str>, addr: std::net::IpAddr) -> ServerName<'static> {
+    check_sni
+        .and_then(|n| ServerName::try_from(n.to_string()).ok())
         .unwrap_or(ServerName::IpAddress(addr.into()))
 }
 

@@ -126,6 +126,23 @@ fn status_table_is_haproxys() {
     assert_eq!(Status::L7Ok.info(), "L7OK");
     assert_eq!(Status::Checked.passed(), None);
     assert_eq!(Status::L4Tout.passed(), Some(false));
+    // The TLS checks' layer 6, as HAProxy 2.6's show stat and state file print it.
+    let l6 = [Status::L6Ok, Status::L6Tout, Status::L6Rsp];
+    assert_eq!(l6.map(Status::info), ["L6OK", "L6TOUT", "L6RSP"]);
+    assert_eq!(
+        l6.map(Status::desc),
+        [
+            "Layer6 check passed",
+            "Layer6 timeout",
+            "Layer6 invalid response"
+        ]
+    );
+    assert_eq!(l6.map(Status::code), [9, 10, 11]);
+    assert_eq!(
+        l6.map(Status::passed),
+        [Some(true), Some(false), Some(false)]
+    );
+    assert!(!Status::L6Ok.has_code());
 }
 
 #[test]
