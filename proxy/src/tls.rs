@@ -11,7 +11,8 @@
 //! default certificate), the protocol versions (`ssl-min-ver`), ALPN, and the
 //! server-side verification rules (`verify none|required`, `ca-file`).
 //! Must not: do I/O on sockets or read files (the configuration read them);
-//! the handshakes happen in `session`, the forwarding in `handoff::tls`.
+//! the handshakes happen in `session` (and `checks::probe` for the health
+//! checks), the forwarding in `handoff::tls`.
 //! Invariant: the contexts are indexed as the configuration's frontends ×
 //! bind lines and backends × servers, and built from that configuration only,
 //! so a reload (a new process) is what picks up new certificate files.
