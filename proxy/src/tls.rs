@@ -395,6 +395,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tls_checks_share_the_servers_client_configuration() {
+        let text = "defaults\n timeout connect 1s\n timeout client 1s\n timeout server 1s\n\
+                    backend be\n server a 127.0.0.1:1 ssl verify none check\n \
+                    server b 127.0.0.1:2 check-ssl verify none check\n \
+                    server c 127.0.0.1:3 check\n";
+        let loaded = crate::config::parse_str("t.cfg", text).expect("valid");
+        let cx = Contexts::build(&loaded.config, KernelTls::Missing).expect("contexts");
+        let (traffic, check) = (cx.connector(0, 0), cx.check_connector(0, 0));
+        let (traffic, check) = (traffic.expect("a: ssl"), check.expect("a: checks"));
+        assert!(
+            Arc::ptr_eq(traffic.connector.config(), check.connector.config()),
+            "a's checks build no client configuration of their own"
+        );
+        assert!(cx.connector(0, 1).is_none() && cx.check_connector(0, 1).is_some());
+        assert!(cx.connector(0, 2).is_none() && cx.check_connector(0, 2).is_none());
+    }
+
+    #[test]
+    fn check_names_come_from_check_sni_only() {
+        let ip: std::net::IpAddr = [127, 0, 0, 1].into();
+        assert_eq!(
+            check_server_name(Some("chk.test"), ip),
+            ServerName::try_from("chk.test").expect("name")
+        );
+        assert_eq!(
+            check_server_name(None, ip),
+            ServerName::IpAddress(ip.into())
+        );
+    }
+
+    #[test]
     fn sni_picks_exact_then_wildcard_then_the_first() {
         let provider = rustls::crypto::ring::default_provider();
         let key = |_: usize| {

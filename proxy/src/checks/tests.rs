@@ -146,6 +146,23 @@ fn status_table_is_haproxys() {
 }
 
 #[test]
+fn handshake_errors_read_as_haproxys() {
+    let io = |e: rustls::Error| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+    let name = rustls::CertificateError::NotValidForName;
+    assert_eq!(
+        probe::handshake_error(&io(rustls::Error::InvalidCertificate(name))),
+        "Server presented an SSL certificate different from the expected one"
+    );
+    let issuer = rustls::CertificateError::UnknownIssuer;
+    assert_eq!(
+        probe::handshake_error(&io(rustls::Error::InvalidCertificate(issuer))),
+        "SSL handshake failure"
+    );
+    let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "tls handshake eof");
+    assert_eq!(probe::handshake_error(&eof), "SSL handshake failure");
+}
+
+#[test]
 fn transition_messages_are_haproxys() {
     let s1 = Arc::new(server("check"));
     let s2 = Arc::new(server("check"));
