@@ -270,8 +270,10 @@ async fn handshake(
 
 /// HAProxy's text for a check's failed handshake (its connection error
 /// strings): a certificate that does not match `check-sni` has its own, every
-/// other failure (refused certificate, garbage, a peer that closes) is the
-/// generic one.
+/// other failure (refused certificate, garbage, a peer that closes or resets)
+/// is the generic one. HAProxy sometimes adds the socket's error after a
+/// reset (` (Connection reset by peer)`), depending on whether its poller saw
+/// the reset before its read did; shunt never does, so the text is stable.
 pub fn handshake_error(e: &std::io::Error) -> &'static str {
     let rustls_error = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>());
     match rustls_error {

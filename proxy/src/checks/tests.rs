@@ -160,6 +160,8 @@ fn handshake_errors_read_as_haproxys() {
     );
     let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "tls handshake eof");
     assert_eq!(probe::handshake_error(&eof), "SSL handshake failure");
+    let reset = std::io::Error::from_raw_os_error(libc::ECONNRESET);
+    assert_eq!(probe::handshake_error(&reset), "SSL handshake failure");
 }
 
 #[test]
