@@ -583,7 +583,15 @@ const CHECK_CASES: &[(&str, &str, &str, &str, bool)] = &[
         "SSL handshake failure at initial connection step of tcp-check",
         false,
     ),
+    // `check-sni nope.test` is the implicit connection's: not this rule's.
     ("connect", "tls", "L7OK", "(tcp-check)", true),
+    (
+        "connectsni",
+        "tls",
+        "L6RSP",
+        "Server presented an SSL certificate different from the expected one at step 1 of tcp-check (connect)",
+        false,
+    ),
     ("explicit", "tls", "L4OK", "(tcp-check)", true),
 ];
 
@@ -659,7 +667,9 @@ fn check_ssl_config(port: u16, sock: &str, p: &CheckPeers, ca: &str, other_ca: &
          \x20   server garbage {} ssl verify none {every}\n\n\
          backend connect\n    option tcp-check\n    tcp-check connect ssl\n\
          \x20   tcp-check send hello\\n\n    tcp-check expect string hello\n\
-         \x20   server tls {tls} verify none {every}\n\n\
+         \x20   server tls {tls} verify required ca-file {ca} check-sni nope.test {every}\n\n\
+         backend connectsni\n    option tcp-check\n    tcp-check connect ssl sni nope.test\n\
+         \x20   server tls {tls} verify required ca-file {ca} {every}\n\n\
          backend explicit\n    option tcp-check\n    tcp-check connect\n\
          \x20   server tls {tls} ssl verify none {every}\n",
         p.garbage.addr,

@@ -59,6 +59,7 @@ pub enum Action {
         port: Option<u16>,
         addr: Option<IpAddr>,
         ssl: bool,
+        sni: Option<String>,
     },
     Send(Vec<u8>),
     Expect(Box<Expect>),
@@ -78,10 +79,16 @@ pub fn compile(rules: &[TcpCheckRule]) -> Vec<Rule> {
         .map(|r| Rule {
             comment: r.comment.clone(),
             action: match &r.action {
-                TcpCheckAction::Connect { port, addr, ssl } => Action::Connect {
+                TcpCheckAction::Connect {
+                    port,
+                    addr,
+                    ssl,
+                    sni,
+                } => Action::Connect {
                     port: *port,
                     addr: *addr,
                     ssl: *ssl,
+                    sni: sni.clone(),
                 },
                 TcpCheckAction::Send(b) => Action::Send(b.clone()),
                 TcpCheckAction::Expect(e) => Action::Expect(Box::new(Expect {
@@ -221,14 +228,22 @@ async fn connect(
     }
 }
 
+/// What a check connection speaks once connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Over<'a> {
+    Clear,
+    /// TLS, its handshake sending this server name (none: no SNI).
+    Tls(Option<&'a str>),
+}
+
 /// A health-check connection: [`connect`], then the PROXY header when the
 /// server's checks send one (`Target::send_proxy`), then the TLS handshake
-/// when `ssl`; all within `limit` of the start.
+/// when `over` says so; all within `limit` of the start.
 async fn check_connect(
     t: &Target,
     addr: SocketAddr,
     limit: Duration,
-    ssl: bool,
+    over: Over<'_>,
 ) -> Result<Stream, (Status, String)> {
     let deadline = Instant::now() + limit;
     let mut s = connect(addr, limit, t.source).await?;
@@ -243,14 +258,14 @@ async fn check_connect(
             Ok(Ok(())) => {}
         }
     }
-    if !ssl {
+    let Over::Tls(sni) = over else {
         return Ok(Stream::Plain(s));
-    }
+    };
     // The configuration gives every server whose checks ask for TLS its settings.
     let Some(tls) = &t.tls else {
         return Err((Status::Sockerr, "no TLS settings for the check".to_string()));
     };
-    handshake(tls, s, addr, deadline).await
+    handshake(tls, s, addr, sni, deadline).await
 }
 
 /// The TLS handshake of a check connection to `addr`, by `deadline`.
@@ -258,9 +273,10 @@ async fn handshake(
     tls: &CheckTls,
     s: TcpStream,
     addr: SocketAddr,
+    sni: Option<&str>,
     deadline: Instant,
 ) -> Result<Stream, (Status, String)> {
-    let name = crate::tls::check_server_name(tls.sni.as_deref(), addr.ip());
+    let name = crate::tls::check_server_name(sni, addr.ip());
     match timeout_at(deadline, tls.connector.connector.connect(name, s)).await {
         Err(_) => Err((Status::L6Tout, String::new())),
         Ok(Err(e)) => Err((Status::L6Rsp, handshake_error(&e).to_string())),
@@ -294,15 +310,19 @@ fn connected(s: &Stream) -> Status {
     }
 }
 
-/// The TLS of the check's own connection (`check-ssl`, or a `ssl` server's).
-fn default_ssl(t: &Target) -> bool {
-    t.tls.as_ref().is_some_and(|tls| tls.default)
+/// What the check's own connection speaks: TLS with `check-sni` for
+/// `check-ssl` or a `ssl` server's checks, else clear.
+fn default_over(t: &Target) -> Over<'_> {
+    match &t.tls {
+        Some(tls) if tls.default => Over::Tls(tls.sni.as_deref()),
+        _ => Over::Clear,
+    }
 }
 
 /// A plain `check`: the connection (and its handshake, with TLS) is the test.
 pub async fn connect_check(t: &Target) -> Outcome {
     let addr = check_addr(t, None, None);
-    match check_connect(t, addr, t.timeouts.connect, default_ssl(t)).await {
+    match check_connect(t, addr, t.timeouts.connect, default_over(t)).await {
         Ok(s) => Outcome::new(connected(&s), ""),
         Err((status, reason)) => Outcome::new(status, reason),
     }
@@ -310,7 +330,8 @@ pub async fn connect_check(t: &Target) -> Outcome {
 
 /// Run the `tcp-check` rules. A list that does not start with `connect` gets an
 /// implicit one (step 0), TLS as the check's own connection is; an explicit
-/// `connect` is TLS only with its `ssl` option. The last rule decides the
+/// `connect` is TLS only with its `ssl` option, and sends its own `sni` only
+/// (`check-sni` is the implicit connection's). The last rule decides the
 /// success status.
 pub async fn tcp_check(t: &Target, rules: &[Rule]) -> Outcome {
     let mut conn: Option<Stream> = None;
@@ -322,7 +343,7 @@ pub async fn tcp_check(t: &Target, rules: &[Rule]) -> Outcome {
     );
     if implicit {
         let addr = check_addr(t, None, None);
-        match check_connect(t, addr, t.timeouts.connect, default_ssl(t)).await {
+        match check_connect(t, addr, t.timeouts.connect, default_over(t)).await {
             Ok(s) => conn = Some(s),
             Err((status, reason)) => {
                 return Outcome::new(status, format!("{reason}{}", step_suffix(0, None)))
@@ -335,12 +356,21 @@ pub async fn tcp_check(t: &Target, rules: &[Rule]) -> Outcome {
             Outcome::new(status, format!("{reason}{}", step_suffix(step, Some(rule))))
         };
         match &rule.action {
-            Action::Connect { port, addr, ssl } => {
+            Action::Connect {
+                port,
+                addr,
+                ssl,
+                sni,
+            } => {
                 drop(conn.take());
                 buf.clear();
                 eof = false;
                 let to = check_addr(t, *addr, *port);
-                match check_connect(t, to, t.timeouts.connect, *ssl).await {
+                let over = match ssl {
+                    true => Over::Tls(sni.as_deref()),
+                    false => Over::Clear,
+                };
+                match check_connect(t, to, t.timeouts.connect, over).await {
                     Ok(s) => conn = Some(s),
                     Err((status, reason)) => return fail(status, &reason),
                 }

@@ -430,13 +430,16 @@ pub struct TcpExpect {
 /// What one `tcp-check` rule does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TcpCheckAction {
-    /// `connect [port N] [addr A] [ssl]`.
+    /// `connect [port N] [addr A] [ssl] [sni NAME]`.
     Connect {
         port: Option<u16>,
         addr: Option<std::net::IpAddr>,
         /// `ssl`: TLS on this connection (without it a `connect` rule is
         /// plain, whatever `check-ssl` says: that is the implicit one's).
         ssl: bool,
+        /// `sni NAME`: the server name of this connection's handshake (the
+        /// server's `check-sni` is the implicit connection's only).
+        sni: Option<String>,
     },
     /// `send STR` / `send-binary HEX`.
     Send(Vec<u8>),

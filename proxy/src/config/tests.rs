@@ -1694,6 +1694,7 @@ fn tcp_check_rules_parse_and_inherit() {
             port: Some(6380),
             addr: Some("127.0.0.2".parse().unwrap()),
             ssl: false,
+            sni: None,
         }
     );
     let TcpCheckAction::Expect(e) = &rules[5].action else {
@@ -1739,7 +1740,8 @@ fn tcp_check_errors() {
         ("tcp-check expect foo bar", "'tcp-check expect' only supports 'min-recv', 'comment', '!', 'string', 'rstring', 'binary' and 'rbinary' but got 'foo' as argument."),
         ("tcp-check expect binary 0g", "'tcp-check expect' : invalid hexadecimal string '0g'."),
         ("tcp-check send-binary abc", "'tcp-check send-binary' : invalid hexadecimal string 'abc'."),
-        ("tcp-check connect sni a.test", "'tcp-check connect' : 'sni' is not supported by shunt."),
+        ("tcp-check connect alpn h2", "'tcp-check connect' : 'alpn' is not supported by shunt."),
+        ("tcp-check connect ssl sni", "'tcp-check connect' : 'sni' expects a string as argument."),
         ("tcp-check connect port 0", "'tcp-check connect port' expects a valid port number (got '0')."),
         ("tcp-check expect ok-status L7OK string x", "'tcp-check expect' : 'ok-status' is not supported by shunt."),
         ("tcp-check send-lf x", "'tcp-check send-lf' is not supported by shunt."),

@@ -440,6 +440,15 @@ fn check_tls_needs_verify_settings_as_traffic_tls_does() {
         rules[1].action,
         TcpCheckAction::Connect { ssl: false, .. }
     ));
+    let l = ok(&format!(
+        "defaults\n{TIMEOUTS}backend be\n option tcp-check\n tcp-check connect ssl sni Rule.Test\n \
+         server s 127.0.0.1:1 check verify none check-sni chk.test\n"
+    ));
+    let rules = l.config.backends[0].servers[0].check.tcp_check.clone();
+    let TcpCheckAction::Connect { ssl, sni, .. } = &rules.expect("rules")[0].action else {
+        panic!("a connect rule")
+    };
+    assert!(*ssl && sni.as_deref() == Some("rule.test"));
     let e = errs(&format!(
         "defaults\n{TIMEOUTS}backend be\n server s 127.0.0.1:1 check check-sni\n"
     ));

@@ -29,7 +29,6 @@ pub fn parse_hex(s: &str) -> Option<Vec<u8>> {
 const TCP_CHECK_CONNECT_UNSUPPORTED: &[&str] = &[
     "send-proxy",
     "via-socks4",
-    "sni",
     "alpn",
     "proto",
     "linger",
@@ -134,6 +133,7 @@ pub struct Connect {
     port: Option<u16>,
     addr: Option<IpAddr>,
     ssl: bool,
+    sni: Option<String>,
     comment: Option<String>,
 }
 
@@ -152,9 +152,10 @@ pub const CONNECT: &[Keyword<Connect>] = &[
     Keyword::new(&["addr"],    C, Args::Required, connect_addr),
     Keyword::new(&["comment"], C, Args::Required, connect_comment),
     Keyword::new(&["ssl"],     C, Args::None,     connect_ssl),
+    Keyword::new(&["sni"],     C, Args::Required, connect_sni),
 ];
 
-/// `tcp-check connect [port N] [addr A] [ssl] [comment C]`.
+/// `tcp-check connect [port N] [addr A] [ssl] [sni NAME] [comment C]`.
 pub fn connect(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     let mut c = Connect::default();
     let args = l.args;
@@ -171,6 +172,7 @@ pub fn connect(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
         port: c.port,
         addr: c.addr,
         ssl: c.ssl,
+        sni: c.sni,
     };
     push_rule(d, action, c.comment);
     Ok(())
@@ -196,6 +198,16 @@ fn connect_addr(c: &mut Connect, l: &mut Line<'_>) -> Result<(), String> {
 /// `ssl`: the connection is TLS, with the server's TLS settings.
 fn connect_ssl(c: &mut Connect, _: &mut Line<'_>) -> Result<(), String> {
     c.ssl = true;
+    Ok(())
+}
+
+/// `sni NAME`: a plain string, as `check-sni`.
+fn connect_sni(c: &mut Connect, l: &mut Line<'_>) -> Result<(), String> {
+    let v = l
+        .arg(1)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| "'tcp-check connect' : 'sni' expects a string as argument.".to_string())?;
+    c.sni = Some(v.to_ascii_lowercase());
     Ok(())
 }
 
