@@ -132,7 +132,8 @@ pub struct CheckTls {
     /// The check's own connection is TLS (a plain `check`, and the implicit
     /// first connection of `tcp-check`): [`crate::config::Server::check_ssl`].
     pub default: bool,
-    /// `check-sni`: the server name the handshakes send (none without it).
+    /// `check-sni`: the server name the check's own connection sends (none
+    /// without it); a `tcp-check connect ssl` rule sends its own `sni` only.
     pub sni: Option<String>,
 }
 
