@@ -8,8 +8,11 @@
 //! SNI of the terminated handshake picks the certificate and the backend; that
 //! ALPN is negotiated; that a bad certificate is a configuration error at its
 //! line; and that a reload (a new process) serves a certificate file's new
-//! contents. Certificates are made per test with rcgen; the clients and the TLS
-//! echo server are tokio-rustls.
+//! contents. Health checks over TLS (`check-ssl`, a `ssl` server's checks,
+//! `tcp-check connect ssl`) report HAProxy 2.6's layer-6 statuses and texts,
+//! compared with HAProxy's own `show stat` on the same configuration when it
+//! is installed. Certificates are made per test with rcgen; the clients and
+//! the TLS echo server are tokio-rustls.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -547,4 +550,268 @@ fn a_failed_handshake_closes_only_its_connection_and_is_logged() {
     });
     // As HAProxy: an embryonic connection is no session.
     assert_eq!(stat(&shunt.sock(), "fe", "FRONTEND", "stot"), 1);
+}
+
+/// Longest wait for a check result a few 200 ms intervals should give.
+const CHECK_WAIT: Duration = Duration::from_secs(10);
+
+/// What a check of each server of [`check_ssl_config`] reports, as HAProxy
+/// 2.6 reports it: (backend, server, check_status, last_chk, UP).
+const CHECK_CASES: &[(&str, &str, &str, &str, bool)] = &[
+    ("chk", "tls", "L6OK", "", true),
+    ("chk", "garbage", "L6RSP", "SSL handshake failure", false),
+    ("chk", "closes", "L6RSP", "SSL handshake failure", false),
+    ("chk", "resets", "L6RSP", "SSL handshake failure", false),
+    ("chk", "silent", "L6TOUT", "", false),
+    ("chk", "wrongca", "L6RSP", "SSL handshake failure", false),
+    ("chk", "rightca", "L6OK", "", true),
+    (
+        "chk",
+        "wrongsni",
+        "L6RSP",
+        "Server presented an SSL certificate different from the expected one",
+        false,
+    ),
+    ("chk", "clear", "L4OK", "", true),
+    ("chk", "portclear", "L4OK", "", true),
+    ("chk", "checkssl", "L6OK", "", true),
+    ("rules", "tls", "L7OK", "(tcp-check)", true),
+    (
+        "rules",
+        "garbage",
+        "L6RSP",
+        "SSL handshake failure at initial connection step of tcp-check",
+        false,
+    ),
+    // `check-sni nope.test` is the implicit connection's: not this rule's.
+    ("connect", "tls", "L7OK", "(tcp-check)", true),
+    (
+        "connectsni",
+        "tls",
+        "L6RSP",
+        "Server presented an SSL certificate different from the expected one at step 1 of tcp-check (connect)",
+        false,
+    ),
+    ("explicit", "tls", "L4OK", "(tcp-check)", true),
+];
+
+/// The servers TLS checks meet: a TLS echo signed by `ca`, and plain ones.
+struct CheckPeers {
+    tls: TlsEcho,
+    /// A plain echo: what `no-check-ssl` and a check `port` reach in clear.
+    plain: Server,
+    /// Answers a ClientHello with a line of text.
+    garbage: Server,
+    /// Closes (FIN) once the ClientHello is read.
+    closes: Server,
+    /// Resets once the ClientHello is read.
+    resets: Server,
+    /// Holds every connection without a byte until the checker closes it.
+    silent: Server,
+}
+
+impl CheckPeers {
+    fn start(leaf_pem: &str) -> CheckPeers {
+        CheckPeers {
+            tls: TlsEcho::start(leaf_pem),
+            plain: Server::echo(),
+            // Each reads the ClientHello first: what the checker then sees
+            // (garbage, a FIN, a reset) does not depend on when it arrived.
+            garbage: Server::start(|mut s| {
+                read_hello(&mut s);
+                let _ = std::io::Write::write_all(&mut s, b"garbage, not TLS\n");
+            }),
+            closes: Server::start(|mut s| read_hello(&mut s)),
+            resets: Server::start(|mut s| {
+                read_hello(&mut s);
+                let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+            }),
+            silent: Server::start(|mut s| {
+                let mut b = [0u8; 1024];
+                while matches!(std::io::Read::read(&mut s, &mut b), Ok(n) if n > 0) {}
+            }),
+        }
+    }
+}
+
+/// Reads what a TLS client sends first (its ClientHello, one segment on
+/// loopback), within a bound.
+fn read_hello(s: &mut std::net::TcpStream) {
+    let _ = s.set_read_timeout(Some(IO_LIMIT));
+    let mut b = [0u8; 4096];
+    let _ = std::io::Read::read(s, &mut b);
+}
+
+/// One configuration for shunt and HAProxy alike: every case of
+/// [`CHECK_CASES`], checked every 200 ms.
+fn check_ssl_config(port: u16, sock: &str, p: &CheckPeers, ca: &str, other_ca: &str) -> String {
+    let (tls, plain) = (p.tls.addr, p.plain.addr);
+    let every = "check inter 200ms";
+    format!(
+        "global\n    stats socket {sock} level admin\n\n{DEFAULTS}\
+         frontend fe\n    bind 127.0.0.1:{port}\n    default_backend chk\n\n\
+         backend chk\n\
+         \x20   server tls {tls} ssl verify none {every}\n\
+         \x20   server garbage {} ssl verify none {every}\n\
+         \x20   server closes {} ssl verify none {every}\n\
+         \x20   server resets {} ssl verify none {every}\n\
+         \x20   server silent {} ssl verify none {every}\n\
+         \x20   server wrongca {tls} ssl verify required ca-file {other_ca} {every}\n\
+         \x20   server rightca {tls} ssl verify required ca-file {ca} check-sni backend.test {every}\n\
+         \x20   server wrongsni {tls} ssl verify required ca-file {ca} check-sni nope.test {every}\n\
+         \x20   server clear {plain} ssl verify none no-check-ssl {every}\n\
+         \x20   server portclear {tls} ssl verify none port {} {every}\n\
+         \x20   server checkssl {tls} check-ssl verify none {every}\n\n\
+         backend rules\n    option tcp-check\n    tcp-check send hello\\n\n    tcp-check expect string hello\n\
+         \x20   server tls {tls} ssl verify none {every}\n\
+         \x20   server garbage {} ssl verify none {every}\n\n\
+         backend connect\n    option tcp-check\n    tcp-check connect ssl\n\
+         \x20   tcp-check send hello\\n\n    tcp-check expect string hello\n\
+         \x20   server tls {tls} verify required ca-file {ca} check-sni nope.test {every}\n\n\
+         backend connectsni\n    option tcp-check\n    tcp-check connect ssl sni nope.test\n\
+         \x20   server tls {tls} verify required ca-file {ca} {every}\n\n\
+         backend explicit\n    option tcp-check\n    tcp-check connect\n\
+         \x20   server tls {tls} ssl verify none {every}\n",
+        p.garbage.addr,
+        p.closes.addr,
+        p.resets.addr,
+        p.silent.addr,
+        plain.port(),
+        p.garbage.addr,
+    )
+}
+
+/// Waits until every case of [`CHECK_CASES`] has shown its status in the
+/// `show stat` of `sock`; returns each case's (check_status, last_chk,
+/// status) as first seen so. HAProxy marks a check in progress with `* `
+/// and blanks its `last_chk` meanwhile: such a row is not a result yet.
+fn check_results(
+    who: &str,
+    sock: &Path,
+    log: &dyn Fn() -> String,
+) -> Vec<(String, String, String)> {
+    let t0 = Instant::now();
+    let mut seen: Vec<Option<(String, String, String)>> = vec![None; CHECK_CASES.len()];
+    loop {
+        let rows = show_stat(sock);
+        let mut last = Vec::new();
+        for (c, slot) in CHECK_CASES.iter().zip(seen.iter_mut()) {
+            let (px, sv, status, _, up) = *c;
+            let r = rows
+                .iter()
+                .find(|r| r["pxname"] == px && r["svname"] == sv)
+                .unwrap_or_else(|| panic!("{who}: no row {px}/{sv}"));
+            let got = (
+                r["check_status"].clone(),
+                r["last_chk"].clone(),
+                r["status"].clone(),
+            );
+            if slot.is_none() && got.0 == status && (got.2 == "UP") == up {
+                *slot = Some(got.clone());
+            }
+            last.push(got);
+        }
+        if seen.iter().all(Option::is_some) {
+            return seen.into_iter().flatten().collect();
+        }
+        assert!(
+            t0.elapsed() < CHECK_WAIT,
+            "{who}: the checks did not settle; (case, last row):\n{:#?}\nlog:\n{}",
+            CHECK_CASES.iter().zip(&last).collect::<Vec<_>>(),
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// HAProxy 2.6 run on a configuration, killed on drop.
+struct Haproxy(std::process::Child, TempDir);
+
+impl Drop for Haproxy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn health_checks_speak_tls_as_haproxys_do() {
+    let ca = Ca::new("shunt test CA");
+    let other = Ca::new("some other CA");
+    let dir = TempDir::new("tls-checks");
+    let ca_file = write(dir.path(), "ca.pem", &ca.pem());
+    let other_ca = write(dir.path(), "other.pem", &other.pem());
+    let (leaf, _) = ca.leaf(&["backend.test"]);
+    let peers = CheckPeers::start(&leaf);
+    let sh_sock = dir.path().join("shunt.sock");
+    let cfg = check_ssl_config(
+        free_port(),
+        &sh_sock.display().to_string(),
+        &peers,
+        &ca_file,
+        &other_ca,
+    );
+    let shunt = Shunt::start(&cfg, &[]);
+    let ours = check_results("shunt", &sh_sock, &|| shunt.stderr());
+    for (c, g) in CHECK_CASES.iter().zip(&ours) {
+        assert_eq!(g.1, c.3, "shunt's last_chk of {}/{}", c.0, c.1);
+    }
+    let desc = |px: &str, sv: &str| stat_row(&sh_sock, px, sv)["check_desc"].clone();
+    assert_eq!(desc("chk", "tls"), "Layer6 check passed");
+    assert_eq!(desc("chk", "garbage"), "Layer6 invalid response");
+    assert_eq!(desc("chk", "silent"), "Layer6 timeout");
+    // A server that went down logs HAProxy's line, with the layer-6 reason.
+    let want = "Server chk/garbage is DOWN, reason: Layer6 invalid response, info: \"SSL handshake failure\"";
+    eventually("the DOWN line of chk/garbage", CHECK_WAIT, || {
+        shunt.stderr().contains(want)
+    });
+
+    // The same configuration through HAProxy 2.6 gives the same columns.
+    let haproxy = Path::new("/usr/sbin/haproxy");
+    if !haproxy.exists() {
+        assert!(
+            std::env::var("SHUNT_REQUIRE_BPF").as_deref() != Ok("1"),
+            "/usr/sbin/haproxy is required under SHUNT_REQUIRE_BPF=1 (apt-get install haproxy)"
+        );
+        eprintln!("!!!!! SKIPPED the HAProxy half: no /usr/sbin/haproxy (apt-get install haproxy)");
+        return;
+    }
+    let hdir = TempDir::new("tls-checks-haproxy");
+    let h_sock = hdir.path().join("h.sock");
+    let h_cfg = hdir.path().join("h.cfg");
+    let text = check_ssl_config(
+        free_port(),
+        &h_sock.display().to_string(),
+        &peers,
+        &ca_file,
+        &other_ca,
+    );
+    std::fs::write(&h_cfg, text).expect("write haproxy config");
+    let out = std::fs::File::create(hdir.path().join("out")).expect("out");
+    let child = std::process::Command::new(haproxy)
+        .arg("-db")
+        .arg("-f")
+        .arg(&h_cfg)
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone().expect("dup"))
+        .stderr(out)
+        .spawn()
+        .expect("start haproxy");
+    let h = Haproxy(child, hdir);
+    let h_log = || std::fs::read_to_string(h.1.path().join("out")).unwrap_or_default();
+    eventually("haproxy's stats socket", CHECK_WAIT, || h_sock.exists());
+    let theirs = check_results("haproxy", &h_sock, &h_log);
+    for ((c, g), t) in CHECK_CASES.iter().zip(&ours).zip(&theirs) {
+        // After a reset HAProxy adds the socket's error to the text or not,
+        // as its poller or its read saw the reset first (either, over many
+        // checks of one server); shunt's text is the one without.
+        let their_text = t.1.replace(" (Connection reset by peer)", "");
+        assert_eq!(
+            (&g.0, &g.1, &g.2),
+            (&t.0, &their_text, &t.2),
+            "{}/{}: shunt (left) and haproxy (right) differ",
+            c.0,
+            c.1
+        );
+    }
 }

@@ -3,12 +3,16 @@
 //! once at start-up from the certificates the configuration loaded, and the
 //! kernel's kTLS status.
 //!
+//! The health checks' TLS (`check-ssl`) uses the same client configuration
+//! as the server's traffic when it has `ssl`, else one built for the checks.
+//!
 //! Owns: choosing a certificate by SNI (exact name, then a `*.` wildcard of
 //! the name's parent, else the line's first certificate, as HAProxy's
 //! default certificate), the protocol versions (`ssl-min-ver`), ALPN, and the
 //! server-side verification rules (`verify none|required`, `ca-file`).
 //! Must not: do I/O on sockets or read files (the configuration read them);
-//! the handshakes happen in `session`, the forwarding in `handoff::tls`.
+//! the handshakes happen in `session` (and `checks::probe` for the health
+//! checks), the forwarding in `handoff::tls`.
 //! Invariant: the contexts are indexed as the configuration's frontends ×
 //! bind lines and backends × servers, and built from that configuration only,
 //! so a reload (a new process) is what picks up new certificate files.
@@ -83,6 +87,9 @@ pub struct Contexts {
     binds: Vec<Vec<Option<tokio_rustls::TlsAcceptor>>>,
     /// Per backend, per server: the connector of a `ssl` server.
     servers: Vec<Vec<Option<Connector>>>,
+    /// Per backend, per server: the connector of its TLS checks, the
+    /// traffic's own (one client configuration) when the server has `ssl`.
+    checks: Vec<Vec<Option<Connector>>>,
     kernel: KernelTls,
 }
 
@@ -99,6 +106,7 @@ impl Contexts {
         Self {
             binds: Vec::new(),
             servers: Vec::new(),
+            checks: Vec::new(),
             kernel: KernelTls::Missing,
         }
     }
@@ -124,25 +132,35 @@ impl Contexts {
             binds.push(v);
         }
         let mut servers = Vec::with_capacity(config.backends.len());
+        let mut checks = Vec::with_capacity(config.backends.len());
         for be in &config.backends {
             let mut v = Vec::with_capacity(be.servers.len());
+            let mut c = Vec::with_capacity(be.servers.len());
             for s in &be.servers {
                 let what = || format!("server {}/{}", be.name, s.name);
-                v.push(match &s.tls {
-                    Some(t) => Some(Connector {
+                let connector = |t: &Arc<ServerTls>| -> Result<Connector, TlsError> {
+                    Ok(Connector {
                         connector: tokio_rustls::TlsConnector::from(Arc::new(client_config(
                             t, &provider, &what,
                         )?)),
                         settings: t.clone(),
-                    }),
-                    None => None,
+                    })
+                };
+                let traffic = s.tls.as_ref().map(connector).transpose()?;
+                c.push(match (&s.check_tls, &traffic) {
+                    (Some(t), Some(tc)) if Arc::ptr_eq(t, &tc.settings) => Some(tc.clone()),
+                    (Some(t), _) => Some(connector(t)?),
+                    (None, _) => None,
                 });
+                v.push(traffic);
             }
             servers.push(v);
+            checks.push(c);
         }
         Ok(Self {
             binds,
             servers,
+            checks,
             kernel,
         })
     }
@@ -161,6 +179,12 @@ impl Contexts {
     /// The connector of server `srv` of backend `be`, if it is `ssl`.
     pub fn connector(&self, be: usize, srv: usize) -> Option<&Connector> {
         self.servers.get(be)?.get(srv)?.as_ref()
+    }
+
+    /// The connector of the TLS checks of server `srv` of backend `be`
+    /// (`check-ssl`, a `ssl` server's checks, `tcp-check connect ssl`).
+    pub fn check_connector(&self, be: usize, srv: usize) -> Option<&Connector> {
+        self.checks.get(be)?.get(srv)?.as_ref()
     }
 
     pub fn kernel(&self) -> KernelTls {
@@ -357,9 +381,49 @@ pub fn server_name(
         .unwrap_or(ServerName::IpAddress(addr.into()))
 }
 
+/// The server name of a health check's handshake: `check-sni`, else the
+/// address (no SNI). As HAProxy, checks never evaluate the server's `sni`
+/// expression, which is a flow's.
+pub fn check_server_name(check_sni: Option<&str>, addr: std::net::IpAddr) -> ServerName<'static> {
+    check_sni
+        .and_then(|n| ServerName::try_from(n.to_string()).ok())
+        .unwrap_or(ServerName::IpAddress(addr.into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tls_checks_share_the_servers_client_configuration() {
+        let text = "defaults\n timeout connect 1s\n timeout client 1s\n timeout server 1s\n\
+                    backend be\n server a 127.0.0.1:1 ssl verify none check\n \
+                    server b 127.0.0.1:2 check-ssl verify none check\n \
+                    server c 127.0.0.1:3 check\n";
+        let loaded = crate::config::parse_str("t.cfg", text).expect("valid");
+        let cx = Contexts::build(&loaded.config, KernelTls::Missing).expect("contexts");
+        let (traffic, check) = (cx.connector(0, 0), cx.check_connector(0, 0));
+        let (traffic, check) = (traffic.expect("a: ssl"), check.expect("a: checks"));
+        assert!(
+            Arc::ptr_eq(traffic.connector.config(), check.connector.config()),
+            "a's checks build no client configuration of their own"
+        );
+        assert!(cx.connector(0, 1).is_none() && cx.check_connector(0, 1).is_some());
+        assert!(cx.connector(0, 2).is_none() && cx.check_connector(0, 2).is_none());
+    }
+
+    #[test]
+    fn check_names_come_from_check_sni_only() {
+        let ip: std::net::IpAddr = [127, 0, 0, 1].into();
+        assert_eq!(
+            check_server_name(Some("chk.test"), ip),
+            ServerName::try_from("chk.test").expect("name")
+        );
+        assert_eq!(
+            check_server_name(None, ip),
+            ServerName::IpAddress(ip.into())
+        );
+    }
 
     #[test]
     fn sni_picks_exact_then_wildcard_then_the_first() {

@@ -25,6 +25,13 @@
 //! layer4`: connection results of live traffic feed [`observe::report`], which acts
 //! on `error-limit` consecutive errors as `on-error` says.
 //!
+//! TLS checks (`check-ssl`, and `ssl` on a server whose checks have no `port`
+//! or `addr` of their own; `tcp-check connect ssl`): the handshake follows the
+//! connect within the same deadline and is the layer-6 part of the check
+//! (`L6OK`, `L6RSP`, `L6TOUT`); `tcp-check` rules then run over the TLS
+//! stream. The client configuration is the server's, built once at start
+//! (`crate::tls::Contexts::check_connector`).
+//!
 //! `check-send-proxy`, and `send-proxy(-v2)` on a server whose checks have no
 //! `port` or `addr` of their own: health-check connections (not the agent's)
 //! begin with a PROXY header, as HAProxy's: v1 names the check connection's own
@@ -113,6 +120,21 @@ pub struct Target {
     pub source: Option<SocketAddr>,
     /// `option log-health-checks`: every change of check result is logged.
     pub log_health_checks: bool,
+    /// TLS of the checks, when any check connection of the server can use it.
+    pub tls: Option<CheckTls>,
+}
+
+/// How one server's checks speak TLS.
+#[derive(Clone)]
+pub struct CheckTls {
+    /// The server's client configuration (built once at start, not per check).
+    pub connector: crate::tls::Connector,
+    /// The check's own connection is TLS (a plain `check`, and the implicit
+    /// first connection of `tcp-check`): [`crate::config::Server::check_ssl`].
+    pub default: bool,
+    /// `check-sni`: the server name the check's own connection sends (none
+    /// without it); a `tcp-check connect ssl` rule sends its own `sni` only.
+    pub sni: Option<String>,
 }
 
 /// The agent of one server (where it listens and what it is sent live in the
@@ -156,6 +178,11 @@ impl Target {
             }),
             source: srv.source,
             log_health_checks: be.opts.log_health_checks,
+            tls: state.tls.check_connector(bi, si).map(|connector| CheckTls {
+                connector: connector.clone(),
+                default: srv.check_ssl(),
+                sni: c.sni.clone(),
+            }),
         }
     }
 

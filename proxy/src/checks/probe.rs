@@ -4,6 +4,13 @@
 //! `min(timeout connect, inter)` and each read after it `timeout check`; without it,
 //! `inter` bounds the connect and the reads. Every socket is closed with a reset
 //! (SO_LINGER 0) so that thousands of checks leave no TIME_WAIT behind.
+//!
+//! A TLS check connection (`check-ssl`, `tcp-check connect ssl`) is established
+//! when its handshake is: the TCP connect, the PROXY header and the handshake
+//! share one deadline, the connect's, as HAProxy arms one expiry for all of
+//! them. A handshake that fails is `L6RSP` with HAProxy's connection error text,
+//! one that does not finish in time `L6TOUT`, one that completes with nothing
+//! else to do `L6OK`.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -12,8 +19,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
 
-use super::{os_reason, Outcome, Status, Target, CHECK_BUF};
+use super::{os_reason, CheckTls, Outcome, Status, Target, CHECK_BUF};
 use crate::config::{ExpectKind, TcpCheckAction, TcpCheckRule, TcpExpect};
+use crate::handoff::tls::Stream;
 
 /// The time limits of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +58,8 @@ pub enum Action {
     Connect {
         port: Option<u16>,
         addr: Option<IpAddr>,
+        ssl: bool,
+        sni: Option<String>,
     },
     Send(Vec<u8>),
     Expect(Box<Expect>),
@@ -69,9 +79,16 @@ pub fn compile(rules: &[TcpCheckRule]) -> Vec<Rule> {
         .map(|r| Rule {
             comment: r.comment.clone(),
             action: match &r.action {
-                TcpCheckAction::Connect { port, addr } => Action::Connect {
+                TcpCheckAction::Connect {
+                    port,
+                    addr,
+                    ssl,
+                    sni,
+                } => Action::Connect {
                     port: *port,
                     addr: *addr,
+                    ssl: *ssl,
+                    sni: sni.clone(),
                 },
                 TcpCheckAction::Send(b) => Action::Send(b.clone()),
                 TcpCheckAction::Expect(e) => Action::Expect(Box::new(Expect {
@@ -211,40 +228,113 @@ async fn connect(
     }
 }
 
+/// What a check connection speaks once connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Over<'a> {
+    Clear,
+    /// TLS, its handshake sending this server name (none: no SNI).
+    Tls(Option<&'a str>),
+}
+
 /// A health-check connection: [`connect`], then the PROXY header when the
-/// server's checks send one (`Target::send_proxy`).
+/// server's checks send one (`Target::send_proxy`), then the TLS handshake
+/// when `over` says so; all within `limit` of the start.
 async fn check_connect(
     t: &Target,
     addr: SocketAddr,
     limit: Duration,
-) -> Result<TcpStream, (Status, String)> {
+    over: Over<'_>,
+) -> Result<Stream, (Status, String)> {
+    let deadline = Instant::now() + limit;
     let mut s = connect(addr, limit, t.source).await?;
     if let Some(v) = t.send_proxy {
         let header = match (s.local_addr(), s.peer_addr()) {
             (Ok(l), Ok(p)) => crate::proxy_proto::encode_local(v, l, p),
             _ => crate::proxy_proto::encode_unknown(v),
         };
-        match timeout_at(Instant::now() + limit, s.write_all(header.as_bytes())).await {
+        match timeout_at(deadline, s.write_all(header.as_bytes())).await {
             Err(_) => return Err((Status::L4Tout, String::new())),
             Ok(Err(e)) => return Err((Status::Sockerr, os_reason(&e))),
             Ok(Ok(())) => {}
         }
     }
-    Ok(s)
+    let Over::Tls(sni) = over else {
+        return Ok(Stream::Plain(s));
+    };
+    // The configuration gives every server whose checks ask for TLS its settings.
+    let Some(tls) = &t.tls else {
+        return Err((Status::Sockerr, "no TLS settings for the check".to_string()));
+    };
+    handshake(tls, s, addr, sni, deadline).await
 }
 
-/// A plain `check`: the connection is the test.
+/// The TLS handshake of a check connection to `addr`, by `deadline`.
+async fn handshake(
+    tls: &CheckTls,
+    s: TcpStream,
+    addr: SocketAddr,
+    sni: Option<&str>,
+    deadline: Instant,
+) -> Result<Stream, (Status, String)> {
+    let name = crate::tls::check_server_name(sni, addr.ip());
+    match timeout_at(deadline, tls.connector.connector.connect(name, s)).await {
+        Err(_) => Err((Status::L6Tout, String::new())),
+        Ok(Err(e)) => Err((Status::L6Rsp, handshake_error(&e).to_string())),
+        Ok(Ok(s)) => Ok(Stream::Connected(Box::new(s))),
+    }
+}
+
+/// HAProxy's text for a check's failed handshake (its connection error
+/// strings): a certificate that does not match `check-sni` has its own, every
+/// other failure (refused certificate, garbage, a peer that closes or resets)
+/// is the generic one. HAProxy sometimes adds the socket's error after a
+/// reset (` (Connection reset by peer)`), depending on whether its poller saw
+/// the reset before its read did; shunt never does, so the text is stable.
+pub fn handshake_error(e: &std::io::Error) -> &'static str {
+    let rustls_error = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>());
+    match rustls_error {
+        Some(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::NotValidForName
+            | rustls::CertificateError::NotValidForNameContext { .. },
+        )) => "Server presented an SSL certificate different from the expected one",
+        _ => "SSL handshake failure",
+    }
+}
+
+/// The status of a check whose last step was a connection: layer 6 when it
+/// was TLS, layer 4 otherwise.
+fn connected(s: &Stream) -> Status {
+    match s {
+        Stream::Plain(_) => Status::L4Ok,
+        _ => Status::L6Ok,
+    }
+}
+
+/// What the check's own connection speaks: TLS with `check-sni` for
+/// `check-ssl` or a `ssl` server's checks, else clear.
+fn default_over(t: &Target) -> Over<'_> {
+    match &t.tls {
+        Some(tls) if tls.default => Over::Tls(tls.sni.as_deref()),
+        _ => Over::Clear,
+    }
+}
+
+/// A plain `check`: the connection (and its handshake, with TLS) is the test.
 pub async fn connect_check(t: &Target) -> Outcome {
-    match check_connect(t, check_addr(t, None, None), t.timeouts.connect).await {
-        Ok(_) => Outcome::new(Status::L4Ok, ""),
+    let addr = check_addr(t, None, None);
+    match check_connect(t, addr, t.timeouts.connect, default_over(t)).await {
+        Ok(s) => Outcome::new(connected(&s), ""),
         Err((status, reason)) => Outcome::new(status, reason),
     }
 }
 
 /// Run the `tcp-check` rules. A list that does not start with `connect` gets an
-/// implicit one (step 0); the last rule decides the success status.
+/// implicit one (step 0), TLS as the check's own connection is; an explicit
+/// `connect` is TLS only with its `ssl` option, and sends its own `sni` only
+/// (`check-sni` is the implicit connection's). The last rule decides the
+/// success status.
 pub async fn tcp_check(t: &Target, rules: &[Rule]) -> Outcome {
-    let mut conn: Option<TcpStream> = None;
+    let mut conn: Option<Stream> = None;
     let mut buf: Vec<u8> = Vec::new();
     let mut eof = false;
     let implicit = !matches!(
@@ -252,7 +342,8 @@ pub async fn tcp_check(t: &Target, rules: &[Rule]) -> Outcome {
         Some(Action::Connect { .. })
     );
     if implicit {
-        match check_connect(t, check_addr(t, None, None), t.timeouts.connect).await {
+        let addr = check_addr(t, None, None);
+        match check_connect(t, addr, t.timeouts.connect, default_over(t)).await {
             Ok(s) => conn = Some(s),
             Err((status, reason)) => {
                 return Outcome::new(status, format!("{reason}{}", step_suffix(0, None)))
@@ -265,11 +356,21 @@ pub async fn tcp_check(t: &Target, rules: &[Rule]) -> Outcome {
             Outcome::new(status, format!("{reason}{}", step_suffix(step, Some(rule))))
         };
         match &rule.action {
-            Action::Connect { port, addr } => {
+            Action::Connect {
+                port,
+                addr,
+                ssl,
+                sni,
+            } => {
                 drop(conn.take());
                 buf.clear();
                 eof = false;
-                match check_connect(t, check_addr(t, *addr, *port), t.timeouts.connect).await {
+                let to = check_addr(t, *addr, *port);
+                let over = match ssl {
+                    true => Over::Tls(sni.as_deref()),
+                    false => Over::Clear,
+                };
+                match check_connect(t, to, t.timeouts.connect, over).await {
                     Ok(s) => conn = Some(s),
                     Err((status, reason)) => return fail(status, &reason),
                 }
@@ -280,7 +381,12 @@ pub async fn tcp_check(t: &Target, rules: &[Rule]) -> Outcome {
                 };
                 buf.clear();
                 eof = false;
-                match timeout_at(Instant::now() + t.timeouts.read, s.write_all(data)).await {
+                // A TLS stream may hold the records until flushed.
+                let sent = async {
+                    s.write_all(data).await?;
+                    s.flush().await
+                };
+                match timeout_at(Instant::now() + t.timeouts.read, sent).await {
                     Err(_) => return fail(Status::L7Tout, ""),
                     Ok(Err(e)) => return fail(Status::Sockerr, &os_reason(&e)),
                     Ok(Ok(())) => {}
@@ -315,9 +421,10 @@ pub async fn tcp_check(t: &Target, rules: &[Rule]) -> Outcome {
             }
         }
     }
+    let layer = conn.as_ref().map_or(Status::L4Ok, connected);
     match rules.last().map(|r| &r.action) {
-        None => Outcome::new(Status::L4Ok, ""),
-        Some(Action::Connect { .. }) => Outcome::new(Status::L4Ok, "(tcp-check)"),
+        None => Outcome::new(layer, ""),
+        Some(Action::Connect { .. }) => Outcome::new(layer, "(tcp-check)"),
         Some(_) => Outcome {
             status: Status::L7Ok,
             code: Some(0),

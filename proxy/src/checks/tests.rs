@@ -126,6 +126,42 @@ fn status_table_is_haproxys() {
     assert_eq!(Status::L7Ok.info(), "L7OK");
     assert_eq!(Status::Checked.passed(), None);
     assert_eq!(Status::L4Tout.passed(), Some(false));
+    // The TLS checks' layer 6, as HAProxy 2.6's show stat and state file print it.
+    let l6 = [Status::L6Ok, Status::L6Tout, Status::L6Rsp];
+    assert_eq!(l6.map(Status::info), ["L6OK", "L6TOUT", "L6RSP"]);
+    assert_eq!(
+        l6.map(Status::desc),
+        [
+            "Layer6 check passed",
+            "Layer6 timeout",
+            "Layer6 invalid response"
+        ]
+    );
+    assert_eq!(l6.map(Status::code), [9, 10, 11]);
+    assert_eq!(
+        l6.map(Status::passed),
+        [Some(true), Some(false), Some(false)]
+    );
+    assert!(!Status::L6Ok.has_code());
+}
+
+#[test]
+fn handshake_errors_read_as_haproxys() {
+    let io = |e: rustls::Error| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+    let name = rustls::CertificateError::NotValidForName;
+    assert_eq!(
+        probe::handshake_error(&io(rustls::Error::InvalidCertificate(name))),
+        "Server presented an SSL certificate different from the expected one"
+    );
+    let issuer = rustls::CertificateError::UnknownIssuer;
+    assert_eq!(
+        probe::handshake_error(&io(rustls::Error::InvalidCertificate(issuer))),
+        "SSL handshake failure"
+    );
+    let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "tls handshake eof");
+    assert_eq!(probe::handshake_error(&eof), "SSL handshake failure");
+    let reset = std::io::Error::from_raw_os_error(libc::ECONNRESET);
+    assert_eq!(probe::handshake_error(&reset), "SSL handshake failure");
 }
 
 #[test]

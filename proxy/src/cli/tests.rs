@@ -45,6 +45,7 @@ fn server(name: &str, id: u32, port: u16, check: bool) -> Server {
         send_proxy: Default::default(),
         source: None,
         tls: None,
+        check_tls: None,
     }
 }
 

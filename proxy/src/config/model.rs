@@ -373,6 +373,12 @@ pub struct CheckParams {
     pub slowstart: Option<Duration>,
     /// `on-marked-up shutdown-backup-sessions`.
     pub on_marked_up_shutdown_backup: bool,
+    /// `check-ssl` (`Some(true)`) or `no-check-ssl` (`Some(false)`); `None`:
+    /// the checks follow the server's `ssl` ([`Server::check_ssl`]).
+    pub ssl: Option<bool>,
+    /// `check-sni NAME`: the server name TLS checks send (they send none
+    /// without it; the server's `sni` expression is the traffic's only).
+    pub sni: Option<String>,
     /// `observe layer4`: live connection results feed the server's health.
     pub observe_layer4: bool,
     /// `error-limit` (HAProxy's default 10).
@@ -424,10 +430,16 @@ pub struct TcpExpect {
 /// What one `tcp-check` rule does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TcpCheckAction {
-    /// `connect [port N] [addr A]`.
+    /// `connect [port N] [addr A] [ssl] [sni NAME]`.
     Connect {
         port: Option<u16>,
         addr: Option<std::net::IpAddr>,
+        /// `ssl`: TLS on this connection (without it a `connect` rule is
+        /// plain, whatever `check-ssl` says: that is the implicit one's).
+        ssl: bool,
+        /// `sni NAME`: the server name of this connection's handshake (the
+        /// server's `check-sni` is the implicit connection's only).
+        sni: Option<String>,
     },
     /// `send STR` / `send-binary HEX`.
     Send(Vec<u8>),
@@ -467,6 +479,11 @@ pub struct Server {
     pub source: Option<SocketAddr>,
     /// `ssl`: connections to the server are TLS (`None`: plain TCP).
     pub tls: Option<std::sync::Arc<ServerTls>>,
+    /// The TLS settings of the server's TLS checks (`verify`, `ca-file`):
+    /// `tls` itself on a `ssl` server, else built for the checks alone when
+    /// `check-ssl` or a `tcp-check connect ssl` rule asks for TLS; `None`:
+    /// no check can use TLS.
+    pub check_tls: Option<std::sync::Arc<ServerTls>>,
 }
 
 /// Which PROXY protocol version a header is written in.
@@ -509,6 +526,29 @@ impl Server {
             _ if self.check.send_proxy => Some(ProxyVersion::V1),
             _ => None,
         }
+    }
+
+    /// Whether the health check's own connection (not a `tcp-check connect`
+    /// rule's) is TLS, HAProxy's rule: `check-ssl` says yes and
+    /// `no-check-ssl` no; otherwise the checks of a `ssl` server are TLS too
+    /// unless they go to their own `port` or `addr`.
+    pub fn check_ssl(&self) -> bool {
+        match self.check.ssl {
+            Some(forced) => forced,
+            None => self.tls.is_some() && self.check.port.is_none() && self.check.addr.is_none(),
+        }
+    }
+
+    /// Whether the checks ask for TLS whatever `ssl` says: `check-ssl`, or a
+    /// `tcp-check connect ssl` rule. HAProxy then prepares the server's TLS
+    /// settings (`verify` and its CA rule included) even without `ssl`.
+    pub fn check_wants_tls(&self) -> bool {
+        let rule_ssl = self.check.tcp_check.as_ref().is_some_and(|rules| {
+            rules
+                .iter()
+                .any(|r| matches!(r.action, TcpCheckAction::Connect { ssl: true, .. }))
+        });
+        self.check.ssl == Some(true) || rule_ssl
     }
 }
 

@@ -561,7 +561,7 @@ fn default_server_applies_to_following_servers() {
 
 #[test]
 fn server_errors() {
-    let kws = "addr, agent-addr, agent-check, agent-inter, agent-port, agent-send, backup, ca-file, check, check-send-proxy, disabled, downinter, enabled, error-limit, fall, fastinter, id, inter, maxconn, maxqueue, no-agent-check, no-backup, no-check, no-check-send-proxy, no-send-proxy, no-send-proxy-v2, no-ssl, observe, on-error, on-marked-down, on-marked-up, port, rise, send-proxy, send-proxy-v2, slowstart, sni, source, ssl, verify, weight, pool-max-conn, pool-low-conn, pool-purge-delay";
+    let kws = "addr, agent-addr, agent-check, agent-inter, agent-port, agent-send, backup, ca-file, check, check-send-proxy, check-sni, check-ssl, disabled, downinter, enabled, error-limit, fall, fastinter, id, inter, maxconn, maxqueue, no-agent-check, no-backup, no-check, no-check-send-proxy, no-check-ssl, no-send-proxy, no-send-proxy-v2, no-ssl, observe, on-error, on-marked-down, on-marked-up, port, rise, send-proxy, send-proxy-v2, slowstart, sni, source, ssl, verify, weight, pool-max-conn, pool-low-conn, pool-purge-delay";
     let foo = format!("'server be/s1' : unknown keyword 'foo'. Registered keywords : {kws}.");
     let wieght = format!("'server be/s1' : unknown keyword 'wieght'; did you mean 'weight' maybe ?. Registered keywords : {kws}.");
     let cases: Vec<(&str, String)> = vec![
@@ -1692,7 +1692,9 @@ fn tcp_check_rules_parse_and_inherit() {
         rules[3].action,
         TcpCheckAction::Connect {
             port: Some(6380),
-            addr: Some("127.0.0.2".parse().unwrap())
+            addr: Some("127.0.0.2".parse().unwrap()),
+            ssl: false,
+            sni: None,
         }
     );
     let TcpCheckAction::Expect(e) = &rules[5].action else {
@@ -1738,7 +1740,8 @@ fn tcp_check_errors() {
         ("tcp-check expect foo bar", "'tcp-check expect' only supports 'min-recv', 'comment', '!', 'string', 'rstring', 'binary' and 'rbinary' but got 'foo' as argument."),
         ("tcp-check expect binary 0g", "'tcp-check expect' : invalid hexadecimal string '0g'."),
         ("tcp-check send-binary abc", "'tcp-check send-binary' : invalid hexadecimal string 'abc'."),
-        ("tcp-check connect ssl", "'tcp-check connect' : 'ssl' is not supported by shunt."),
+        ("tcp-check connect alpn h2", "'tcp-check connect' : 'alpn' is not supported by shunt."),
+        ("tcp-check connect ssl sni", "'tcp-check connect' : 'sni' expects a string as argument."),
         ("tcp-check connect port 0", "'tcp-check connect port' expects a valid port number (got '0')."),
         ("tcp-check expect ok-status L7OK string x", "'tcp-check expect' : 'ok-status' is not supported by shunt."),
         ("tcp-check send-lf x", "'tcp-check send-lf' is not supported by shunt."),

@@ -365,3 +365,95 @@ fn server_ssl_options_parse_inherit_and_check_verification() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn checks_use_tls_by_haproxys_rule() {
+    let l = ok(&format!(
+        "defaults\n{TIMEOUTS}backend be\n default-server verify none check\n \
+         server a 127.0.0.1:1 ssl\n server b 127.0.0.1:2 ssl port 9\n \
+         server c 127.0.0.1:3 ssl addr 127.0.0.9\n server d 127.0.0.1:4 ssl no-check-ssl\n \
+         server e 127.0.0.1:5 check-ssl\n \
+         server f 127.0.0.1:6 ssl port 9 check-ssl check-sni Chk.Test\n \
+         server g 127.0.0.1:7\n\
+         backend be2\n default-server ssl verify none check-ssl check\n \
+         server h 127.0.0.1:8 no-ssl\n server i 127.0.0.1:9 no-check-ssl\n"
+    ));
+    let all: Vec<&Server> = l.config.backends.iter().flat_map(|b| &b.servers).collect();
+    let uses = |i: usize| all[i].check_ssl();
+    // `ssl` carries the checks along unless they go to their own port or
+    // addr; `check-ssl` forces TLS, `no-check-ssl` clear, from
+    // `default-server` as well.
+    assert_eq!(
+        (0..all.len()).map(uses).collect::<Vec<_>>(),
+        [true, false, false, false, true, true, false, true, false]
+    );
+    // The checks' TLS settings are the traffic's when the server has `ssl`
+    // (one client configuration at run time), their own without it.
+    let same = |i: usize| match (&all[i].tls, &all[i].check_tls) {
+        (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+        _ => false,
+    };
+    assert!(same(0) && same(1) && same(3) && same(8));
+    assert!(all[4].tls.is_none() && all[4].check_tls.as_ref().is_some_and(|t| !t.verify));
+    assert!(
+        all[7].tls.is_none() && all[7].check_tls.is_some(),
+        "no-ssl, check-ssl kept"
+    );
+    assert!(all[6].check_tls.is_none());
+    assert_eq!(all[5].check.sni.as_deref(), Some("chk.test"));
+    assert_eq!(all[0].check.sni, None);
+}
+
+#[test]
+fn check_tls_needs_verify_settings_as_traffic_tls_does() {
+    let verify = "verify is enabled by default but no CA file specified.";
+    for server in [
+        "server s 127.0.0.1:1 check check-ssl",
+        "option tcp-check\n tcp-check connect ssl\n server s 127.0.0.1:1 check",
+    ] {
+        let e = errs(&format!("defaults\n{TIMEOUTS}backend be\n {server}\n"));
+        assert!(
+            e.len() == 1 && e[0].contains("'server be/s' : ") && e[0].contains(verify),
+            "{server}: {e:#?}"
+        );
+    }
+    // `no-check-ssl` asks for nothing, so nothing is verified.
+    ok(&format!(
+        "defaults\n{TIMEOUTS}backend be\n server s 127.0.0.1:1 check check-ssl no-check-ssl\n"
+    ));
+    let l = ok(&format!(
+        "defaults\n{TIMEOUTS}backend be\n option tcp-check\n tcp-check connect port 9 ssl\n \
+         tcp-check connect\n server s 127.0.0.1:1 check verify none\n"
+    ));
+    let s = &l.config.backends[0].servers[0];
+    assert!(s.tls.is_none() && s.check_tls.is_some() && !s.check_ssl());
+    let rules = s.check.tcp_check.as_ref().expect("rules");
+    assert!(matches!(
+        rules[0].action,
+        TcpCheckAction::Connect {
+            port: Some(9),
+            ssl: true,
+            ..
+        }
+    ));
+    assert!(matches!(
+        rules[1].action,
+        TcpCheckAction::Connect { ssl: false, .. }
+    ));
+    let l = ok(&format!(
+        "defaults\n{TIMEOUTS}backend be\n option tcp-check\n tcp-check connect ssl sni Rule.Test\n \
+         server s 127.0.0.1:1 check verify none check-sni chk.test\n"
+    ));
+    let rules = l.config.backends[0].servers[0].check.tcp_check.clone();
+    let TcpCheckAction::Connect { ssl, sni, .. } = &rules.expect("rules")[0].action else {
+        panic!("a connect rule")
+    };
+    assert!(*ssl && sni.as_deref() == Some("rule.test"));
+    let e = errs(&format!(
+        "defaults\n{TIMEOUTS}backend be\n server s 127.0.0.1:1 check check-sni\n"
+    ));
+    assert_eq!(
+        e,
+        ["parsing [t.cfg:6] : 'server be/s' : 'check-sni' : missing SNI."]
+    );
+}

@@ -52,7 +52,10 @@ pub fn build(p: Parser<'_>) -> Result<Loaded, Vec<ConfigError>> {
             be.stick = stick_rules(d, &tix, &mut tables, &mut errors);
             for (srv, draft) in be.servers.iter_mut().zip(&d.servers) {
                 let base = ca_base.as_ref().map(|(p, _)| p.as_path());
-                srv.tls = server_tls(d, draft, base, &mut tls_use, &mut errors);
+                let wanted = draft.opts.ssl || srv.check_wants_tls();
+                let tls = server_tls(d, draft, wanted, base, &mut tls_use, &mut errors);
+                srv.tls = tls.clone().filter(|_| draft.opts.ssl);
+                srv.check_tls = tls;
             }
             backends.push(be);
             if d.load_server_state {
@@ -583,17 +586,19 @@ fn bind_tls(
     })
 }
 
-/// A `server ... ssl` line's TLS settings with its `ca-file` read; `None`
-/// without `ssl`. As HAProxy (`ssl-server-verify required` by default),
+/// A server line's TLS settings with its `ca-file` read, when `wanted`
+/// (`ssl`, or checks that use TLS: `check-ssl`, `tcp-check connect ssl`);
+/// `None` otherwise. As HAProxy (`ssl-server-verify required` by default),
 /// verification without a CA file is an error that says how to opt out.
 fn server_tls(
     d: &ProxyDraft,
     s: &ServerDraft,
+    wanted: bool,
     base: Option<&std::path::Path>,
     used: &mut TlsUse,
     errors: &mut Vec<ConfigError>,
 ) -> Option<std::sync::Arc<ServerTls>> {
-    if !s.opts.ssl {
+    if !wanted {
         return None;
     }
     let who = format!("'server {}/{}'", d.name, s.name);
@@ -685,6 +690,7 @@ fn make_backend(d: &ProxyDraft, id: u32, errors: &mut Vec<ConfigError>) -> Backe
                 send_proxy: s.opts.send_proxy,
                 source: s.opts.source.or(d.source),
                 tls: None,
+                check_tls: None,
             }
         })
         .collect();

@@ -21,6 +21,12 @@ pub enum Status {
     L4Ok,
     L4Tout,
     L4Con,
+    /// A TLS check's handshake completed (nothing else asked).
+    L6Ok,
+    /// A TLS check's handshake did not complete in time.
+    L6Tout,
+    /// A TLS check's handshake failed.
+    L6Rsp,
     L7Tout,
     L7Rsp,
     L7Ok,
@@ -37,6 +43,9 @@ impl Status {
             Status::L4Ok => 6,
             Status::L4Tout => 7,
             Status::L4Con => 8,
+            Status::L6Ok => 9,
+            Status::L6Tout => 10,
+            Status::L6Rsp => 11,
             Status::L7Tout => 12,
             Status::L7Rsp => 13,
             Status::L7Ok => 15,
@@ -53,6 +62,9 @@ impl Status {
             Status::L4Ok => "L4OK",
             Status::L4Tout => "L4TOUT",
             Status::L4Con => "L4CON",
+            Status::L6Ok => "L6OK",
+            Status::L6Tout => "L6TOUT",
+            Status::L6Rsp => "L6RSP",
             Status::L7Tout => "L7TOUT",
             Status::L7Rsp => "L7RSP",
             Status::L7Ok => "L7OK",
@@ -69,6 +81,9 @@ impl Status {
             Status::L4Ok => "Layer4 check passed",
             Status::L4Tout => "Layer4 timeout",
             Status::L4Con => "Layer4 connection problem",
+            Status::L6Ok => "Layer6 check passed",
+            Status::L6Tout => "Layer6 timeout",
+            Status::L6Rsp => "Layer6 invalid response",
             Status::L7Tout => "Layer7 timeout",
             Status::L7Rsp => "Layer7 invalid response",
             Status::L7Ok => "Layer7 check passed",
@@ -80,7 +95,7 @@ impl Status {
     pub fn passed(self) -> Option<bool> {
         match self {
             Status::Checked => None,
-            Status::L4Ok | Status::L7Ok => Some(true),
+            Status::L4Ok | Status::L6Ok | Status::L7Ok => Some(true),
             _ => Some(false),
         }
     }

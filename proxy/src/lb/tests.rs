@@ -89,6 +89,7 @@ fn backend_with(balance: Balance, servers: &[S], opts: BackendOpts) -> Arc<Backe
             send_proxy: Default::default(),
             source: None,
             tls: None,
+            check_tls: None,
         })
         .collect();
     BackendRt::new(&Backend {

@@ -109,6 +109,8 @@ pub const SERVER: &[Keyword<ServerLine>] = &[
     Keyword::new(&["ca-file"],             SD, Args::Required, ca_file),
     Keyword::new(&["check"],               SD, Args::None,     check),
     Keyword::new(&["check-send-proxy"],    SD, Args::None,     check_send_proxy),
+    Keyword::new(&["check-sni"],           SD, Args::Required, check_sni),
+    Keyword::new(&["check-ssl"],           SD, Args::None,     check_ssl),
     Keyword::new(&["disabled"],            SD, Args::None,     disabled),
     Keyword::new(&["downinter"],           SD, Args::Required, downinter),
     Keyword::new(&["enabled"],             SD, Args::None,     enabled),
@@ -123,6 +125,7 @@ pub const SERVER: &[Keyword<ServerLine>] = &[
     Keyword::new(&["no-backup"],           SD, Args::None,     no_backup),
     Keyword::new(&["no-check"],            SD, Args::None,     no_check),
     Keyword::new(&["no-check-send-proxy"], SD, Args::None,     no_check_send_proxy),
+    Keyword::new(&["no-check-ssl"],        SD, Args::None,     no_check_ssl),
     Keyword::new(&["no-send-proxy"],       SD, Args::None,     no_send_proxy),
     Keyword::new(&["no-send-proxy-v2"],    SD, Args::None,     no_send_proxy_v2),
     Keyword::new(&["no-ssl"],              SD, Args::None,     no_ssl),
@@ -557,6 +560,26 @@ fn check_send_proxy(s: &mut ServerLine, _: &mut Line<'_>) -> Result<(), String> 
 
 fn no_check_send_proxy(s: &mut ServerLine, _: &mut Line<'_>) -> Result<(), String> {
     s.opts.check.send_proxy = false;
+    Ok(())
+}
+
+fn check_ssl(s: &mut ServerLine, _: &mut Line<'_>) -> Result<(), String> {
+    s.opts.check.ssl = Some(true);
+    Ok(())
+}
+
+fn no_check_ssl(s: &mut ServerLine, _: &mut Line<'_>) -> Result<(), String> {
+    s.opts.check.ssl = Some(false);
+    Ok(())
+}
+
+/// `check-sni NAME`: a plain string, as HAProxy's (no sample expression).
+fn check_sni(s: &mut ServerLine, l: &mut Line<'_>) -> Result<(), String> {
+    let v = l
+        .arg(1)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| "'check-sni' : missing SNI.".to_string())?;
+    s.opts.check.sni = Some(v.to_ascii_lowercase());
     Ok(())
 }
 

@@ -29,8 +29,6 @@ pub fn parse_hex(s: &str) -> Option<Vec<u8>> {
 const TCP_CHECK_CONNECT_UNSUPPORTED: &[&str] = &[
     "send-proxy",
     "via-socks4",
-    "ssl",
-    "sni",
     "alpn",
     "proto",
     "linger",
@@ -134,6 +132,8 @@ fn send_words<'a>(l: &Line<'a>, what: &str) -> Result<(&'a str, Option<String>),
 pub struct Connect {
     port: Option<u16>,
     addr: Option<IpAddr>,
+    ssl: bool,
+    sni: Option<String>,
     comment: Option<String>,
 }
 
@@ -151,9 +151,11 @@ pub const CONNECT: &[Keyword<Connect>] = &[
     Keyword::new(&["port"],    C, Args::Required, connect_port),
     Keyword::new(&["addr"],    C, Args::Required, connect_addr),
     Keyword::new(&["comment"], C, Args::Required, connect_comment),
+    Keyword::new(&["ssl"],     C, Args::None,     connect_ssl),
+    Keyword::new(&["sni"],     C, Args::Required, connect_sni),
 ];
 
-/// `tcp-check connect [port N] [addr A] [comment C]`.
+/// `tcp-check connect [port N] [addr A] [ssl] [sni NAME] [comment C]`.
 pub fn connect(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     let mut c = Connect::default();
     let args = l.args;
@@ -169,6 +171,8 @@ pub fn connect(d: &mut ProxyDraft, l: &mut Line<'_>) -> Result<(), String> {
     let action = TcpCheckAction::Connect {
         port: c.port,
         addr: c.addr,
+        ssl: c.ssl,
+        sni: c.sni,
     };
     push_rule(d, action, c.comment);
     Ok(())
@@ -188,6 +192,22 @@ fn connect_addr(c: &mut Connect, l: &mut Line<'_>) -> Result<(), String> {
             "'tcp-check connect' : 'addr' : unexpected address '{v}' (shunt needs an IP address)."
         )
     })?);
+    Ok(())
+}
+
+/// `ssl`: the connection is TLS, with the server's TLS settings.
+fn connect_ssl(c: &mut Connect, _: &mut Line<'_>) -> Result<(), String> {
+    c.ssl = true;
+    Ok(())
+}
+
+/// `sni NAME`: a plain string, as `check-sni`.
+fn connect_sni(c: &mut Connect, l: &mut Line<'_>) -> Result<(), String> {
+    let v = l
+        .arg(1)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| "'tcp-check connect' : 'sni' expects a string as argument.".to_string())?;
+    c.sni = Some(v.to_ascii_lowercase());
     Ok(())
 }
 
