@@ -360,3 +360,40 @@ fn a_promoted_flow_survives_a_reload() {
         "the adopted flow's counts agree with TCP:\n{log}"
     );
 }
+
+/// Several bulk streams on one worker stay on splice by default (splice
+/// moves them faster than the kernel path: `handoff::promote`), byte-exact;
+/// `tune.sockmap.promote-bytes` is what makes elephants of them
+/// (`flows_promoted_mid_stream_under_load_are_byte_exact`).
+#[test]
+fn several_bulk_streams_stay_on_splice_by_default() {
+    let sink = Server::start(|mut s| {
+        let got = read_to_end(&mut s).unwrap_or_default();
+        let _ = s.write_all(sha256(&got).as_bytes());
+    });
+    let Some((shunt, addr)) = start(sink.addr, "    nbthread 1\n", "") else {
+        return;
+    };
+    let streams: Vec<_> = (0..4u64)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let data = pattern(64 << 20, 40 + i);
+                let mut c = connect(addr);
+                write_random_chunks(&mut c, &data, 256 * 1024, 40 + i);
+                c.shutdown(Shutdown::Write).expect("FIN");
+                let digest = read_to_end(&mut c).expect("digest");
+                assert_eq!(digest, sha256(&data).as_bytes(), "stream {i} byte-exact");
+            })
+        })
+        .collect();
+    for s in streams {
+        s.join().expect("bulk stream");
+    }
+    settle(&shunt);
+    assert_eq!(info(&shunt, "PromotedFlows"), 0, "no bulk stream promoted");
+    assert_eq!(
+        info(&shunt, "SpliceFlows"),
+        4,
+        "all four went on with splice"
+    );
+}

@@ -675,14 +675,8 @@ fn choose_plan(state: &Runtime, fe: &Frontend, be: &Backend) -> Plan {
         ForwardMode::Splice => Plan::Fixed(Mode::Splice),
         ForwardMode::Sockmap => Plan::Fixed(Mode::Sockmap),
         ForwardMode::Auto if fe.splice.any() || be.splice.any() => Plan::Fixed(Mode::Splice),
-        ForwardMode::Auto => Plan::Auto(state.forwarding.kernel.as_ref().map(|_| {
-            Promote {
-                bytes: state
-                    .config
-                    .global
-                    .sockmap_promote_bytes
-                    .unwrap_or(crate::handoff::promote::DEFAULT_PROMOTE_BYTES),
-            }
+        ForwardMode::Auto => Plan::Auto(state.forwarding.kernel.as_ref().map(|_| Promote {
+            bytes: state.config.global.sockmap_promote_bytes,
         })),
     }
 }

@@ -19,11 +19,19 @@
 //! flows are busy, and it gains nothing on one bulk stream a thread keeps
 //! up with. So a flow is promoted on one of two kinds of evidence:
 //!
-//! - **an elephant among others**: it has moved [`Promote::bytes`] in
-//!   userspace in reads of [`BULK_READ`] bytes on average or more (a bulk
-//!   transfer, not a long-lived connection of small requests) while the
-//!   worker's other flows make at least a quarter of its reads (4 bulk
-//!   streams; not one stream alone);
+//! - **an elephant among others**, only with `tune.sockmap.promote-bytes`:
+//!   it has moved [`Promote::bytes`] in userspace in reads of [`BULK_READ`]
+//!   bytes on average or more (a bulk transfer, not a long-lived connection
+//!   of small requests) while the worker's other flows make at least a
+//!   quarter of its reads (4 bulk streams; not one stream alone). Off by
+//!   default since splice grows a bulk flow's pipe to 1 MiB (`pool`): on
+//!   2026-12-02, quiet host, 3 interleaved rounds, 4 iperf3 streams
+//!   through `nbthread 1`, splice moved 15.4 Gbit/s at 0.28 s/GB of proxy
+//!   CPU against sockmap's 13.7 at 0.18, and `auto` promoting the 4 streams
+//!   fell to 7.4–13.1 Gbit/s at up to 1.07 s/GB: a fast stream outruns its
+//!   receiver, the flow pauses (see "Backpressure" in `sockmap`) and its
+//!   bytes come back through userspace. One stream: splice 14.0, sockmap
+//!   7.9 Gbit/s.
 //! - **the worker's one busy flow, taking turns**: of the last
 //!   [`WINDOW_READS`] userspace reads of this flow, the worker's other flows
 //!   did fewer than a third as many ([`DOMINANT_NUM`]/[`DOMINANT_DEN`]), and
@@ -35,12 +43,6 @@
 //! A flow that is half-closed is never promoted (the insertion refuses it).
 
 use std::cell::Cell;
-
-/// The default of `tune.sockmap.promote-bytes`: 1 MiB takes under a
-/// millisecond of a bulk stream on loopback (14–16 Gbit/s in BENCHMARKS.md)
-/// and more than any request/response exchange of the benchmarks but the
-/// 64 KiB echo, which sockmap also serves faster (×1.09 of splice).
-pub const DEFAULT_PROMOTE_BYTES: u64 = 1 << 20;
 
 /// Mean read size, in bytes, from which a flow's bytes count as bulk: a
 /// redis or database connection reads requests of tens to hundreds of
@@ -72,19 +74,12 @@ pub const PARK_LIMIT: std::time::Duration = std::time::Duration::from_millis(20)
 pub const MAX_PROMOTE_ATTEMPTS: u32 = 4;
 
 /// How `auto` promotes (`None` where the mode is forced).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Promote {
     /// Bytes moved in userspace (both directions) that make a bulk flow an
-    /// elephant; `tune.sockmap.promote-bytes`.
-    pub bytes: u64,
-}
-
-impl Default for Promote {
-    fn default() -> Self {
-        Self {
-            bytes: DEFAULT_PROMOTE_BYTES,
-        }
-    }
+    /// elephant, `tune.sockmap.promote-bytes`; `None` (its default): bulk
+    /// flows stay in userspace, only turn-taking flows are promoted.
+    pub bytes: Option<u64>,
 }
 
 thread_local! {
@@ -155,7 +150,8 @@ impl Watch {
         // This flow's share of the worker's reads in the window so far.
         let all = total - self.window_start.get();
         let dominant = u64::from(w) * DOMINANT_DEN >= all * DOMINANT_NUM;
-        if !dominant && bytes >= self.policy.bytes && bytes >= reads * BULK_READ {
+        let elephant = self.policy.bytes.is_some_and(|b| bytes >= b);
+        if !dominant && elephant && bytes >= reads * BULK_READ {
             return true;
         }
         if w < WINDOW_READS {
@@ -179,7 +175,7 @@ mod tests {
 
     #[test]
     fn small_reads_never_make_an_elephant() {
-        let w = Watch::new(Promote { bytes: 1000 });
+        let w = Watch::new(Promote { bytes: Some(1000) });
         // 100-byte reads, with the worker busy with other flows.
         for i in 0..10_000u32 {
             others_read(10);
@@ -189,7 +185,9 @@ mod tests {
 
     #[test]
     fn bulk_reads_past_the_bytes_promote_among_other_busy_flows() {
-        let w = Watch::new(Promote { bytes: 1 << 20 });
+        let w = Watch::new(Promote {
+            bytes: Some(1 << 20),
+        });
         let promoted = (1..=64).find(|_| {
             others_read(3);
             w.read(0, 64 * 1024)
@@ -198,8 +196,19 @@ mod tests {
     }
 
     #[test]
+    fn by_default_no_bulk_flow_is_an_elephant() {
+        let w = Watch::new(Promote::default());
+        for _ in 0..4 * WINDOW_READS {
+            others_read(3);
+            assert!(!w.read(0, 64 * 1024));
+        }
+    }
+
+    #[test]
     fn one_bulk_stream_alone_stays_in_userspace() {
-        let w = Watch::new(Promote { bytes: 1 << 20 });
+        let w = Watch::new(Promote {
+            bytes: Some(1 << 20),
+        });
         for _ in 0..4 * WINDOW_READS {
             assert!(!w.read(0, 64 * 1024), "nothing to share the thread with");
         }
