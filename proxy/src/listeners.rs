@@ -108,6 +108,9 @@ pub fn bind_tcp_with(addr: SocketAddr, opts: &BindOpts) -> Result<StdListener, B
             .map_err(|e| (Some("cannot make listener socket transparent"), e))?;
     }
     sock.set_nonblocking(true).map_err(plain)?;
+    // Accepted sockets inherit TCP_NODELAY from their listener, so a flow's
+    // client needs no setsockopt of its own (the servers' is set at connect).
+    sock.set_nodelay(true).map_err(plain)?;
     sock.bind(&addr.into()).map_err(plain)?;
     let backlog = opts
         .backlog
@@ -154,6 +157,11 @@ impl Inherited {
                 continue;
             }
             if let Some(a) = local.as_ref().and_then(socket2::SockAddr::as_socket) {
+                // As `bind_tcp_with`: clients inherit it (a predecessor of an
+                // earlier release may not have set it).
+                if let Err(e) = sock.set_nodelay(true) {
+                    tracing::warn!(addr = ?local, error = %e, "inherited socket: cannot set TCP_NODELAY");
+                }
                 out.tcp.entry(a).or_default().push(sock.into());
             } else if let Some(p) = local.as_ref().and_then(|a| a.as_pathname()) {
                 let p = configured_path(p);

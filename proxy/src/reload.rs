@@ -994,7 +994,7 @@ async fn run_adopted(
         let mut log = crate::log::FlowGuard::new(&state, r.fe, peer, client.local_addr().ok());
         log.routed(r.be);
         log.assigned(r.srv);
-        log.connected(server.peer_addr().ok(), server.local_addr().ok());
+        log.connected(|| (server.peer_addr().ok(), server.local_addr().ok()));
         log
     });
     for c in ctrs.iter().flatten() {

@@ -807,6 +807,19 @@ const MAX_ADDR_CHANGE_RETRIES: usize = 3;
 ///
 /// Not an `async fn`: one would keep its arguments twice in the flow's
 /// future (as arguments and as the body's locals).
+/// The address a client of bind line `bind` reached: the line's own when it
+/// names one address and port and is not `transparent` (every socket it
+/// accepts has that local address), else the socket's (a getsockname, for
+/// wildcard, port-0 and transparent binds).
+fn reached(fe: &crate::config::Frontend, bind: usize, s: &TcpStream) -> Option<SocketAddr> {
+    match (fe.binds.get(bind), fe.bind_opts.get(bind)) {
+        (Some(a), Some(o)) if !a.ip().is_unspecified() && a.port() != 0 && !o.transparent => {
+            Some(*a)
+        }
+        _ => s.local_addr().ok(),
+    }
+}
+
 #[allow(clippy::manual_async_fn)]
 pub fn run(
     state: Arc<Runtime>,
@@ -820,7 +833,7 @@ pub fn run(
         let fe = &state.config.frontends[fe_idx];
         let fe_ctr = &state.stats.frontends[fe_idx];
         let accepted = SystemTime::now();
-        let mut dst = client.tcp().local_addr().ok();
+        let mut dst = reached(fe, bind, client.tcp());
         // Released (conn_cur, bytes) when the flow ends, whatever the path.
         let mut tracker = Tracker::new(&state.tables);
         let Some(expect_proxy) = connection_rules(&state, fe, peer, dst, &mut tracker) else {
@@ -1044,7 +1057,7 @@ pub fn run(
             match connected {
                 Ok(conn) => {
                     let tcp = conn.tcp();
-                    log.connected(tcp.peer_addr().ok(), tcp.local_addr().ok());
+                    log.connected(|| (tcp.peer_addr().ok(), tcp.local_addr().ok()));
                     srv_ctr.event(Event::Session);
                     server = Some(conn);
                     slot = Some(s);
@@ -1110,7 +1123,10 @@ pub fn run(
         };
         let plan = choose_plan(&state, fe, be);
         let tls = !matches!((&client, &server), (Stream::Plain(_), Stream::Plain(_)));
-        let server_addr = server.tcp().peer_addr().ok();
+        // For `show sess`: the log's, when the flow is logged (one getpeername).
+        let server_addr = log
+            .server_addr()
+            .unwrap_or_else(|| server.tcp().peer_addr().ok());
         let fd_server = std::os::fd::AsRawFd::as_raw_fd(server.tcp());
         flows::update(flow, |f| {
             f.srv = Some(srv_idx);

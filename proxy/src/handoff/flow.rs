@@ -295,6 +295,11 @@ impl<'m> Flow<'m> {
         }
     }
 
+    /// `side` is half-closed: its EOF was read, or its write side shut.
+    pub fn half(&self, side: Side) -> bool {
+        self.half_cell(side).get()
+    }
+
     fn half_cell(&self, side: Side) -> &Cell<bool> {
         match side {
             Side::Client => &self.client_half,

@@ -260,11 +260,9 @@ pub fn forward<'a>(
     meter: &'a dyn Meter,
 ) -> impl Future<Output = Outcome> + use<'a> {
     async move {
-        for s in [&client, &server] {
-            if let Err(e) = sock::set_nodelay(s.as_fd()) {
-                tracing::debug!(error = %e, "TCP_NODELAY at flow start failed");
-            }
-        }
+        // TCP_NODELAY is already on both sockets: the client inherited it from
+        // its listener (`listeners::bind_tcp_with`), the server got it at
+        // connect (`lb::spares`), an adopted flow's sockets kept theirs.
         let (mut mode, promote) = match plan {
             Plan::Fixed(m) => (m, None),
             Plan::Auto(p) => (Mode::Copy, p),

@@ -283,14 +283,22 @@ impl FlowGuard {
         });
     }
 
-    /// Connected to the server: data phase.
-    pub fn connected(&mut self, server: Option<SocketAddr>, local: Option<SocketAddr>) {
+    /// Connected to the server: data phase. `addrs` gives the server's
+    /// address and the connection's own (`%si:%sp`, `%bi:%bp`); it is called
+    /// only when the flow is logged, so an unlogged flow makes no
+    /// getpeername/getsockname for them.
+    pub fn connected(&mut self, addrs: impl FnOnce() -> (Option<SocketAddr>, Option<SocketAddr>)) {
         self.with(|i| {
             i.rec.tc = ms(i.mark.elapsed());
-            i.rec.server_addr = server;
-            i.rec.backend_addr = local;
+            (i.rec.server_addr, i.rec.backend_addr) = addrs();
             i.rec.phase = Phase::Data;
         });
+    }
+
+    /// The server address [`FlowGuard::connected`] recorded: `None` when the
+    /// flow is not logged (then nothing was asked).
+    pub fn server_addr(&self) -> Option<Option<SocketAddr>> {
+        self.inner.as_ref().map(|i| i.rec.server_addr)
     }
 
     /// The flow ended with `cause` in its current phase.
