@@ -687,6 +687,10 @@ fn wait_for_signals(
     });
 }
 
+/// How soon each worker's standing timer is due (see `worker_main`): below
+/// any `timeout connect` worth setting, rare enough to cost nothing.
+const TIMER_FLOOR: Duration = Duration::from_secs(1);
+
 /// One worker: an accept task per listener, then wait for the stop.
 async fn worker_main(
     state: Arc<Runtime>,
@@ -705,6 +709,16 @@ async fn worker_main(
             for f in flows {
                 crate::reload::spawn_adopted(&st, f);
             }
+        }
+    }));
+    // A timer always due within TIMER_FLOOR: tokio wakes its own driver (an
+    // eventfd write, then an epoll_wait that returns at once) whenever a
+    // timer is armed earlier than every pending one, which on a worker with
+    // no nearer timer is each new flow's `timeout connect`. With this one
+    // pending, flows' timers are never the earliest.
+    tasks.push(scheduler::spawn(Class::Bulk, "timer-floor", async {
+        loop {
+            tokio::time::sleep(TIMER_FLOOR).await;
         }
     }));
     // The kernel program's aya-log records, forwarded into tracing by one
