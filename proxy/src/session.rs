@@ -7,8 +7,9 @@
 //!
 //! A flow with TLS on either side holds its sockets as `handoff::tls::Stream`
 //! (the TLS state boxed, so a plain flow's future is no larger) and is
-//! forwarded by `handoff::tls::forward_tls`, boxed; a plain flow takes
-//! `handoff::forward` as before.
+//! forwarded by `handoff::tls::forward_tls`, boxed (which hands a terminated
+//! client with a plain server to kTLS where the kernel has it); a plain flow
+//! takes `handoff::forward` as before.
 //!
 //! The client's address is `peer` and the address it reached `dst`, both
 //! taken once, after the PROXY header if one is read; from then on every

@@ -245,9 +245,12 @@ fn guest_script(opts: &Opts, test_bin: &Path, shunt: &Path) -> String {
     } else {
         format!("--exact {}", opts.tests.join(" "))
     };
+    // shunt's own log level in the tests (the host's choice, else info).
+    let log = std::env::var("SHUNT_TEST_RUST_LOG").unwrap_or_else(|_| "info".into());
     format!(
         "export HOME=/tmp PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
-         SHUNT_BIN={shunt} RUST_BACKTRACE=1\n\
+         SHUNT_BIN={shunt} RUST_BACKTRACE=1 SHUNT_TEST_LOG_DIR=/tmp/shunt-logs \
+         SHUNT_TEST_RUST_LOG='{log}'\n\
          cd {root}\n\
          echo \"ktls-vm: kernel $(uname -r), ULPs: $(cat /proc/sys/net/ipv4/tcp_available_ulp)\"\n\
          start=$(date +%s.%N)\n\
@@ -255,6 +258,8 @@ fn guest_script(opts: &Opts, test_bin: &Path, shunt: &Path) -> String {
          rc=$?\n\
          end=$(date +%s.%N)\n\
          echo \"ktls-vm: tests took $(awk \"BEGIN {{ print $end - $start }}\") s\"\n\
+         if [ $rc -ne 0 ]; then for f in /tmp/shunt-logs/*; do \
+         echo \"ktls-vm: == $f\"; tail -n 60 \"$f\"; done; fi\n\
          exit $rc\n",
         shunt = shunt.display(),
         root = xtask::workspace_root().display(),

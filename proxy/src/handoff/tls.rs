@@ -1,7 +1,9 @@
 //! Forwarding of a flow with TLS on one side or both (a `bind ... ssl`
 //! client, a `server ... ssl` server): the decrypted bytes are copied in
 //! userspace, since without the kernel's `tls` ULP (kTLS) neither splice nor
-//! the sockmap can see plaintext.
+//! the sockmap can see plaintext. Where the kernel has kTLS, a terminated
+//! client with a plain server is first offered to it (`super::ktls`), and
+//! only a flow it does not take is copied here.
 //!
 //! Owns: [`Stream`], one side of such a flow (plain TCP, or a TLS stream over
 //! it), and [`forward_tls`], the two copy directions driven by the same
