@@ -171,6 +171,20 @@ impl Ctx {
         });
     }
 
+    /// Prints one round's metrics of `peer` and records them.
+    fn record(&mut self, scenario: &str, peer: Peer, round: usize, metrics: Vec<(&str, f64)>) {
+        let shown: Vec<String> = metrics.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
+        println!(
+            "xtask:   {} r{}: {}",
+            peer.label,
+            round + 1,
+            shown.join(", ")
+        );
+        for (k, v) in metrics {
+            self.push(scenario, peer, round, k, v);
+        }
+    }
+
     /// Records a failed measurement; an interruption ends the run instead.
     fn fail(&mut self, scenario: &str, peer: Peer, round: usize, e: anyhow::Error) -> Result<()> {
         if proc::stop_requested() {
@@ -420,14 +434,7 @@ fn shared_scenarios(ctx: &mut Ctx, scenarios: &[&str]) -> Result<()> {
                 let got = measure_shared(&ctx.plan, scenario, run)
                     .and_then(|m| run.check_alive().map(|()| m));
                 match got {
-                    Ok(metrics) => {
-                        let shown: Vec<String> =
-                            metrics.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
-                        println!("xtask:   {} r{}: {}", p.label, r + 1, shown.join(", "));
-                        for (k, v) in metrics {
-                            ctx.push(scenario, p, r, k, v);
-                        }
-                    }
+                    Ok(metrics) => ctx.record(scenario, p, r, metrics),
                     Err(e) => ctx.fail(scenario, p, r, e)?,
                 }
             }
@@ -821,14 +828,7 @@ fn tls_scenario(ctx: &mut Ctx) -> Result<()> {
                 ])
             })();
             match got {
-                Ok(metrics) => {
-                    let shown: Vec<String> =
-                        metrics.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
-                    println!("xtask:   {} r{}: {}", p.label, r + 1, shown.join(", "));
-                    for (k, v) in metrics {
-                        ctx.push("tls", p, r, k, v);
-                    }
-                }
+                Ok(metrics) => ctx.record("tls", p, r, metrics),
                 Err(e) => ctx.fail("tls", p, r, e)?,
             }
         }
