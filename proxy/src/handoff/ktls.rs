@@ -15,15 +15,22 @@
 //! rustls' secrets can be taken only once, and the connection is unusable
 //! after, so everything that could refuse is decided before: the kernel's
 //! ciphers (probed at start, `tls::KernelTls`) include the negotiated one,
-//! and [`Framed`] sits at a record boundary. Then: rustls' pending output
-//! (TLS 1.3's NewSessionTickets, an answer to a KeyUpdate) is flushed to the
-//! socket; every record rustls read is processed (`Framed` hands it whole
-//! records only) and the plaintext it decrypted is drained, to be written to
-//! the server first; the secrets come out with their sequence numbers, and
-//! the ULP, TX and RX keys go on the socket. Records the client sent after
-//! the last one rustls read are still in the socket's receive queue,
-//! untouched, and the kernel decrypts them from the sequence number rustls
-//! stopped at. A failure after the secrets are out cannot go back to
+//! and [`Framed`] sits at a record boundary; and the `tls` ULP is attached,
+//! which the kernel does only on an ESTABLISHED socket (`tls_init`: ENOTCONN
+//! once the client's FIN is in, as when a client writes a few bytes and
+//! closes right after its Finished). A socket with the ULP and no keys yet
+//! is TCP (TLS_BASE both ways), so on a refusal rustls carries the flow on
+//! untouched; the keys themselves are taken in any TCP state (a FIN that
+//! comes in after the ULP is read by the kernel as that side's EOF). Then:
+//! rustls' pending output (TLS 1.3's NewSessionTickets, an answer to a
+//! KeyUpdate) is flushed to the socket; every record rustls read is
+//! processed (`Framed` hands it whole records only) and the plaintext it
+//! decrypted is drained, to be written to the server first; the secrets
+//! come out with their sequence numbers, and the TX and RX keys go on the
+//! socket. Records the client sent after the last one rustls read are still
+//! in the socket's receive queue, untouched, and the kernel decrypts them
+//! from the sequence number rustls stopped at (setting TLS_RX parses what is
+//! queued at once). A failure after the secrets are out cannot go back to
 //! rustls: only that flow is closed, logged as such.
 //!
 //! # Forwarding
@@ -280,6 +287,18 @@ pub async fn offload(mut tls: Box<Accepted>, ciphers: Ciphers) -> Offload {
     if !io.at_boundary() {
         return Offload::Userspace(tls, "part of a TLS record is buffered");
     }
+    // The ULP first, while rustls still has its secrets: the kernel attaches
+    // it to an established socket only (ENOTCONN once the client's FIN came
+    // in), and without keys it changes nothing (TLS_BASE: TCP's own reads
+    // and writes), so a refusal leaves rustls to carry the flow on.
+    if let Err(e) = sys::set_ulp(io.tcp().as_fd()) {
+        tracing::debug!(error = %e, "TCP_ULP tls refused");
+        let why = match e.raw_os_error() {
+            Some(libc::ENOTCONN) => "the client's FIN came before the switch (no ULP then)",
+            _ => "the kernel refused the tls ULP on this socket",
+        };
+        return Offload::Userspace(tls, why);
+    }
     // rustls' pending records (NewSessionTickets) go out under its keys.
     if let Err(e) = tls.flush().await {
         return Offload::Failed(e);
@@ -319,7 +338,6 @@ pub async fn offload(mut tls: Box<Accepted>, ciphers: Ciphers) -> Offload {
         let tx = crypto_info(Direction::Tx, version, *tx_seq, tx)?;
         let rx = crypto_info(Direction::Rx, version, *rx_seq, rx)?;
         let fd = tcp.as_fd();
-        sys::set_ulp(fd).map_err(|e| io::Error::new(e.kind(), format!("TCP_ULP tls: {e}")))?;
         sys::set_crypto(fd, Direction::Tx, &tx)
             .map_err(|e| io::Error::new(e.kind(), format!("TLS_TX: {e}")))?;
         sys::set_crypto(fd, Direction::Rx, &rx)
