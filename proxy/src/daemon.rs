@@ -388,10 +388,18 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     let (kernel, bpf_status) = load_bpf(&config, forward_mode, opts.xfer_socket.is_some())?;
     // Before any chroot: the kernel's ULP list is under /proc.
     let tls = crate::tls::Contexts::build(&config, crate::tls::KernelTls::detect())?;
-    if tls.any() && tls.kernel() == crate::tls::KernelTls::Missing {
-        tracing::warn!(
-            "TLS flows are forwarded in userspace: the kernel has no 'tls' ULP (kTLS, CONFIG_TLS)"
-        );
+    if tls.any() {
+        match tls.kernel() {
+            crate::tls::KernelTls::Available(_) => tracing::info!(
+                "TLS flows are handed to the kernel (kTLS) after their handshakes"
+            ),
+            crate::tls::KernelTls::NoCiphers => tracing::warn!(
+                "TLS flows are forwarded in userspace: the kernel's 'tls' ULP refused every cipher (kTLS crypto modules missing?)"
+            ),
+            crate::tls::KernelTls::Missing => tracing::warn!(
+                "TLS flows are forwarded in userspace: the kernel has no 'tls' ULP (kTLS, CONFIG_TLS)"
+            ),
+        }
     }
     let listeners = crate::listeners::bind_frontends(&config, nbthread, &mut inherited)?;
     let prometheus = crate::listeners::bind_prometheus(&config, &mut inherited)?;

@@ -7,8 +7,9 @@
 //!
 //! A flow with TLS on either side holds its sockets as `handoff::tls::Stream`
 //! (the TLS state boxed, so a plain flow's future is no larger) and is
-//! forwarded by `handoff::tls::forward_tls`, boxed; a plain flow takes
-//! `handoff::forward` as before.
+//! forwarded by `handoff::tls::forward_tls`, boxed (which hands a terminated
+//! client with a plain server to kTLS where the kernel has it); a plain flow
+//! takes `handoff::forward` as before.
 //!
 //! The client's address is `peer` and the address it reached `dst`, both
 //! taken once, after the PROXY header if one is read; from then on every
@@ -96,6 +97,9 @@ impl Meter for FlowMeter<'_> {
     fn promoted(&self) {
         self.modes.promote();
         flows::promoted(self.flow);
+    }
+    fn ktls(&self) {
+        self.modes.ktls();
     }
     fn client_consumed(&self) -> u64 {
         self.consumed
@@ -548,13 +552,17 @@ impl HandshakeError {
 /// client` (HAProxy would wait for ever): as the PROXY header's.
 const HANDSHAKE_WAIT_DEFAULT: Duration = PROXY_WAIT_DEFAULT;
 
-/// Terminate the client's TLS within `limit` (`timeout client`, as HAProxy).
+/// Terminate the client's TLS within `limit` (`timeout client`, as HAProxy);
+/// with `ktls` (the kernel can take the flow after the handshake), rustls
+/// reads whole records only (`handoff::ktls::Framed`).
 async fn accept_tls(
     acceptor: &tokio_rustls::TlsAcceptor,
     client: TcpStream,
     limit: Option<Duration>,
+    ktls: bool,
 ) -> Result<Stream, HandshakeError> {
     let limit = limit.unwrap_or(HANDSHAKE_WAIT_DEFAULT);
+    let client = handoff::ktls::Framed::new(client, ktls);
     match tokio::time::timeout(limit, acceptor.accept(client)).await {
         Err(_) => Err(HandshakeError::Timeout),
         Ok(Ok(s)) => Ok(Stream::Accepted(Box::new(s))),
@@ -879,7 +887,8 @@ pub fn run(
         client = match (state.tls.acceptor(fe_idx, bind), client) {
             (None, c) | (_, c @ (Stream::Accepted(_) | Stream::Connected(_))) => c,
             (Some(acceptor), Stream::Plain(client)) => {
-                let hs = Box::pin(accept_tls(acceptor, client, fe.timeouts.client));
+                let ktls = !state.tls.kernel().ciphers().is_empty();
+                let hs = Box::pin(accept_tls(acceptor, client, fe.timeouts.client, ktls));
                 match hs.await {
                     Ok(s) => s,
                     Err(e) => {
@@ -1132,7 +1141,8 @@ pub fn run(
             f.srv = Some(srv_idx);
             f.server = server_addr;
             f.fd_server = fd_server;
-            // A TLS flow is copied (no kTLS: see `handoff::tls`).
+            // A TLS flow is copied (by rustls, or by kTLS's copy loops: see
+            // `handoff::ktls`).
             f.mode = Some(if tls { Mode::Copy.name() } else { plan.name() });
         });
         // Plain or TLS (boxed, so a plain flow keeps no room for it), awaited
@@ -1153,6 +1163,7 @@ pub fn run(
                 f: Box::pin(handoff::tls::forward_tls(
                     client,
                     server,
+                    state.tls.kernel().ciphers(),
                     crate::runtime::flow::timeouts(fe, be),
                     &meter,
                 )),

@@ -17,10 +17,14 @@
 //! bind lines and backends × servers, and built from that configuration only,
 //! so a reload (a new process) is what picks up new certificate files.
 //!
-//! kTLS: the kernel's `tls` ULP would let a terminated flow be spliced or
-//! redirected after the handshake. It is detected here (`tcp_available_ulp`)
-//! and, absent, TLS flows are forwarded in userspace. The kernel shunt runs
-//! on has none, so no kTLS path exists yet: an untested one would be worse.
+//! kTLS: with the kernel's `tls` ULP a terminated flow's keys go to the
+//! kernel after the handshake (`handoff::ktls`). It is detected here at
+//! start: the ULP listed in `tcp_available_ulp`, then each AEAD tried on a
+//! loopback connection, so that a flow is offloaded only with a cipher the
+//! kernel is known to take (an offload that fails after rustls gave up its
+//! secrets would cost the flow). Absent, TLS flows are forwarded in
+//! userspace; the listeners' configurations allow secret extraction only
+//! when kTLS is there.
 
 use std::sync::Arc;
 
@@ -32,6 +36,7 @@ use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
 
 use crate::config::{BindTls, Config, ServerTls, TlsVersion};
+use crate::sys::ktls::{Cipher, Ciphers, CryptoInfo, Direction, Version};
 
 /// Where the kernel lists the upper-layer protocols it can attach to a TCP
 /// socket; `tls` is kTLS.
@@ -57,28 +62,79 @@ pub enum TlsError {
 /// Whether the kernel can take a TLS flow's records (kTLS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KernelTls {
-    /// The `tls` ULP is listed: kTLS could be used (shunt does not yet).
-    Available,
+    /// The `tls` ULP took these ciphers (at least one) when probed:
+    /// terminated flows with one of them are handed to the kernel.
+    Available(Ciphers),
+    /// The ULP is listed but refused every cipher (no crypto module):
+    /// userspace forwarding.
+    NoCiphers,
     /// Not listed (or the list unreadable): userspace forwarding.
     Missing,
 }
 
 impl KernelTls {
-    /// Reads the kernel's ULP list (at start, before any chroot hides /proc).
+    /// Probes the kernel's ciphers (attaching the ULP loads a modular `tls`
+    /// where shunt may load modules), then reads the ULP list, at start,
+    /// before any chroot hides /proc.
     pub fn detect() -> Self {
+        let ciphers = probe_ciphers();
+        if !ciphers.is_empty() {
+            return Self::Available(ciphers);
+        }
         match std::fs::read_to_string(AVAILABLE_ULP) {
-            Ok(s) if s.split_whitespace().any(|u| u == "tls") => Self::Available,
+            Ok(s) if s.split_whitespace().any(|u| u == "tls") => Self::NoCiphers,
             _ => Self::Missing,
+        }
+    }
+
+    /// The ciphers a flow may be offloaded with (none: no kTLS).
+    pub fn ciphers(self) -> Ciphers {
+        match self {
+            Self::Available(c) => c,
+            Self::NoCiphers | Self::Missing => Ciphers::NONE,
         }
     }
 
     /// `show info`'s `Ktls` field.
     pub fn describe(self) -> &'static str {
         match self {
-            Self::Available => "available (TLS flows forwarded in userspace)",
+            Self::Available(_) => "available (TLS flows handed to the kernel)",
+            Self::NoCiphers => "tls ULP without usable ciphers (TLS flows forwarded in userspace)",
             Self::Missing => "no tls ULP (TLS flows forwarded in userspace)",
         }
     }
+}
+
+/// The AEADs the kernel's TLS takes: each tried (TX and RX keys, zero
+/// bytes) on its own loopback connection, since keys go on a socket once.
+/// Any failure (no loopback, a cipher's crypto module missing) leaves that
+/// cipher out.
+fn probe_ciphers() -> Ciphers {
+    use std::os::fd::AsFd;
+    let Ok(listener) = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)) else {
+        return Ciphers::NONE;
+    };
+    let Ok(addr) = listener.local_addr() else {
+        return Ciphers::NONE;
+    };
+    let mut found = Ciphers::NONE;
+    for c in Cipher::ALL {
+        let took = || -> std::io::Result<()> {
+            let s = std::net::TcpStream::connect(addr)?;
+            let _peer = listener.accept()?;
+            let key = [0u8; 32];
+            let info = CryptoInfo::new(c, Version::Tls13, &key[..c.key_len()], &[0; 12], 0)
+                .map_err(std::io::Error::other)?;
+            crate::sys::ktls::set_ulp(s.as_fd())?;
+            crate::sys::ktls::set_crypto(s.as_fd(), Direction::Tx, &info)?;
+            crate::sys::ktls::set_crypto(s.as_fd(), Direction::Rx, &info)
+        };
+        match took() {
+            Ok(()) => found = found.with(c),
+            Err(e) => tracing::debug!(cipher = c.name(), error = %e, "kTLS probe: cipher refused"),
+        }
+    }
+    found
 }
 
 /// The TLS side of every listener and server of one configuration.
@@ -121,7 +177,7 @@ impl Contexts {
                 let what = || format!("frontend '{}' bind #{}", fe.name, i + 1);
                 v.push(match &b.tls {
                     Some(t) => Some(tokio_rustls::TlsAcceptor::from(Arc::new(
-                        server_config(t, &provider).map_err(|source| TlsError::Rustls {
+                        server_config(t, &provider, kernel).map_err(|source| TlsError::Rustls {
                             what: what(),
                             source,
                         })?,
@@ -203,9 +259,12 @@ fn versions(min: Option<TlsVersion>) -> &'static [&'static rustls::SupportedProt
     }
 }
 
+/// A `bind ... ssl` line's configuration; its secrets may be extracted
+/// (for kTLS) only when the kernel can take them.
 fn server_config(
     t: &BindTls,
     provider: &Arc<CryptoProvider>,
+    kernel: KernelTls,
 ) -> Result<ServerConfig, rustls::Error> {
     let mut certs = Vec::with_capacity(t.certs.len());
     let mut names = Vec::new();
@@ -219,6 +278,7 @@ fn server_config(
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(BySni { certs, names }));
     cfg.alpn_protocols = t.alpn.clone();
+    cfg.enable_secret_extraction = !kernel.ciphers().is_empty();
     Ok(cfg)
 }
 

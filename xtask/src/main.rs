@@ -6,7 +6,8 @@
 //! of in-process echo/sink backends) and `bench`, which hands its arguments to the
 //! benchmark lab, the `shunt-bench` crate in xtask/bench (shunt in every forwarding mode
 //! side by side with a direct connection, HAProxy and nginx; `--one-flow`: one-flow
-//! throughput and proxy CPU per forwarding mode). The steps themselves live in one
+//! throughput and proxy CPU per forwarding mode), and `ktls-vm` (the `tls` tests in a
+//! KVM guest booted on a Debian kernel with kTLS, for hosts whose kernel has none). The steps themselves live in one
 //! module each, here or in the xtask library (src/lib.rs) the bench crate shares.
 //!
 //! Invariants: every command is runnable on a fresh Debian machine as root (it installs
@@ -15,6 +16,7 @@
 
 mod bench;
 mod demo;
+mod ktls_vm;
 mod test;
 
 use std::ffi::OsString;
@@ -61,6 +63,27 @@ enum Cmd {
         #[arg(long)]
         shunt: Option<PathBuf>,
     },
+    /// Boot a KVM guest on a Debian 6.1 kernel with the `tls` ULP and run `tls`
+    /// integration tests there (kTLS in effect); downloads the kernel package with apt.
+    KtlsVm {
+        /// The kernel package (default: the newest linux-image-6.1.0-N-amd64).
+        #[arg(long)]
+        kernel_package: Option<String>,
+        /// Run every test of the `tls` binary, not only the named ones.
+        #[arg(long)]
+        all: bool,
+        /// Guest memory (qemu -m).
+        #[arg(long, default_value = "1G")]
+        memory: String,
+        /// Seconds before the guest is killed.
+        #[arg(long, default_value_t = 900)]
+        timeout: u64,
+        /// Boot under KVM (default: qemu's TCG emulator, which boots where nested KVM hangs).
+        #[arg(long)]
+        kvm: bool,
+        /// Exact names of tests of the `tls` binary (default: the bulk half-close test).
+        tests: Vec<String>,
+    },
     /// The benchmark lab (crate xtask/bench, package `shunt-bench`), run with these
     /// arguments: `cargo xtask bench --help` lists its flags.
     #[command(disable_help_flag = true)]
@@ -90,6 +113,21 @@ fn main() -> ExitCode {
             shunt,
         } => demo::run(&config, duration, shunt),
         Cmd::Bench { args } => Err(bench::exec(&args)),
+        Cmd::KtlsVm {
+            kernel_package,
+            all,
+            memory,
+            timeout,
+            kvm,
+            tests,
+        } => ktls_vm::run(&ktls_vm::Opts {
+            kernel_package,
+            tests,
+            all,
+            memory,
+            limit: std::time::Duration::from_secs(timeout),
+            kvm,
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

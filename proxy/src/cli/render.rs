@@ -928,13 +928,20 @@ fn info_fields(ctx: &Ctx) -> Vec<InfoField> {
             value: value.to_string(),
         });
     }
-    // Whether TLS flows could be handed to the kernel (they are not yet).
+    // Whether TLS flows are handed to the kernel, and how many were.
     v.push(InfoField {
         pos: 91,
         name: "Ktls",
         tags: "CGS",
         ty: "str",
         value: st.tls.kernel().describe().to_string(),
+    });
+    v.push(InfoField {
+        pos: 92,
+        name: "KtlsFlows",
+        tags: "CGS",
+        ty: "u64",
+        value: st.stats.modes.ktls_flows().to_string(),
     });
     v
 }

@@ -644,12 +644,14 @@ fn show_info_has_haproxy_keys_in_order_then_shunt_fields() {
             "SockmapTrimPassed",
             "PromotedFlows",
             "Ktls",
+            "KtlsFlows",
         ]
     );
     let get = |k: &str| kv.iter().find(|(kk, _)| kk == k).unwrap().1.clone();
     assert_eq!(get("Name"), "shunt");
     // The test's runtime has no TLS contexts built: no ULP detected.
     assert_eq!(get("Ktls"), "no tls ULP (TLS flows forwarded in userspace)");
+    assert_eq!(get("KtlsFlows"), "0");
     assert_eq!(get("Nbthread"), "2");
     assert_eq!(get("Pid"), std::process::id().to_string());
     assert_eq!(get("Maxconn"), "9985");

@@ -17,6 +17,7 @@
 
 mod copy;
 mod flow;
+pub mod ktls;
 mod pool;
 pub mod promote;
 pub mod sockmap;
@@ -144,6 +145,8 @@ pub trait Meter {
     }
     /// `auto` moved the flow to the kernel (its pair is in the SOCKHASH).
     fn promoted(&self) {}
+    /// The client's TLS was handed to the kernel (`ktls`).
+    fn ktls(&self) {}
     /// Bytes the session consumed from the client socket before the handoff
     /// and that the stream does not carry (a PROXY header the client sent):
     /// TCP received them, so the kernel path's totals (`read_before`) count

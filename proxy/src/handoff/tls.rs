@@ -1,7 +1,9 @@
 //! Forwarding of a flow with TLS on one side or both (a `bind ... ssl`
 //! client, a `server ... ssl` server): the decrypted bytes are copied in
 //! userspace, since without the kernel's `tls` ULP (kTLS) neither splice nor
-//! the sockmap can see plaintext.
+//! the sockmap can see plaintext. Where the kernel has kTLS, a terminated
+//! client with a plain server is first offered to it (`super::ktls`), and
+//! only a flow it does not take is copied here.
 //!
 //! Owns: [`Stream`], one side of such a flow (plain TCP, or a TLS stream over
 //! it), and [`forward_tls`], the two copy directions driven by the same
@@ -41,8 +43,9 @@ pub const TLS_COPY_BUF: usize = 16 * 1024;
 /// One side of a flow that has TLS somewhere.
 pub enum Stream {
     Plain(TcpStream),
-    /// A client whose TLS shunt terminated (`bind ... ssl`).
-    Accepted(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    /// A client whose TLS shunt terminated (`bind ... ssl`), over
+    /// [`super::ktls::Framed`] so that kTLS may take it after the handshake.
+    Accepted(Box<super::ktls::Accepted>),
     /// A server shunt speaks TLS to (`server ... ssl`).
     Connected(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
@@ -52,7 +55,7 @@ impl Stream {
     pub fn tcp(&self) -> &TcpStream {
         match self {
             Stream::Plain(s) => s,
-            Stream::Accepted(s) => s.get_ref().0,
+            Stream::Accepted(s) => s.get_ref().0.tcp(),
             Stream::Connected(s) => s.get_ref().0,
         }
     }
@@ -141,14 +144,51 @@ impl<P: std::future::Future, T: std::future::Future> std::future::Future for Eit
 }
 
 /// Forward until both directions are finished; `Outcome::mode` is `Copy`
-/// (the bytes went through userspace buffers). Resets and timeouts end the
-/// flow as on a plain one, a reset propagated as a reset.
+/// (the bytes went through userspace buffers, or kTLS's copy loops). Resets
+/// and timeouts end the flow as on a plain one, a reset propagated as a
+/// reset.
+///
+/// A terminated client with a plain server is first offered to the kernel
+/// (`super::ktls`) when it has kTLS ciphers (`ktls`, probed at start); a
+/// flow the kernel takes is forwarded by `ktls::forward`, and one whose
+/// offload failed once rustls' secrets were out ends here, closed.
 pub async fn forward_tls(
     client: Stream,
     server: Stream,
+    ktls: crate::sys::ktls::Ciphers,
     timeouts: FlowTimeouts,
     meter: &dyn Meter,
 ) -> Outcome {
+    let (mut client, server) = match (client, server) {
+        (Stream::Accepted(tls), Stream::Plain(server)) if !ktls.is_empty() => {
+            match super::ktls::offload(tls, ktls).await {
+                super::ktls::Offload::Kernel(k) => {
+                    tracing::debug!(cipher = k.cipher.name(), version = ?k.version, pending = k.pending.len(), "TLS flow handed to the kernel (kTLS)");
+                    meter.ktls();
+                    return super::ktls::forward(k, server, timeouts, meter).await;
+                }
+                super::ktls::Offload::Userspace(tls, why) => {
+                    tracing::debug!(reason = why, "TLS flow stays in userspace");
+                    (Stream::Accepted(tls), Stream::Plain(server))
+                }
+                super::ktls::Offload::Failed(e) => {
+                    tracing::warn!(error = %e, "kTLS offload failed after the session keys left rustls: closing the flow");
+                    return Outcome {
+                        to_server: 0,
+                        to_client: 0,
+                        mode: Mode::Copy,
+                        end: End::internal(e),
+                        handed_over: false,
+                        promoted: None,
+                    };
+                }
+            }
+        }
+        other => other,
+    };
+    if let Stream::Accepted(t) = &mut client {
+        t.get_mut().0.unframe();
+    }
     for s in [client.tcp(), server.tcp()] {
         if let Err(e) = sock::set_nodelay(std::os::fd::AsFd::as_fd(s)) {
             tracing::debug!(error = %e, "TCP_NODELAY at flow start failed");

@@ -213,6 +213,7 @@ pub struct ModeCounters {
     flows: [AtomicU64; 3],
     bytes: [AtomicU64; 3],
     promoted: AtomicU64,
+    ktls: AtomicU64,
 }
 
 impl ModeCounters {
@@ -225,6 +226,16 @@ impl ModeCounters {
     /// `auto` moved a flow to the kernel.
     pub fn promote(&self) {
         self.promoted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A terminated TLS flow was handed to the kernel (kTLS).
+    pub fn ktls(&self) {
+        self.ktls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// TLS flows handed to kTLS (live or ended).
+    pub fn ktls_flows(&self) -> u64 {
+        self.ktls.load(Ordering::Relaxed)
     }
 
     /// Flows `auto` moved to the kernel (live or ended).

@@ -10,7 +10,8 @@
 //!
 //! Owns: the raw calls the forwarding code needs and that neither std nor
 //! tokio expose (`pipe2`, `splice`, `fcntl(F_{SET,GET}PIPE_SZ)`, socket
-//! options, `shutdown`, the SO_LINGER reset), `chroot` and the privilege drop
+//! options, `shutdown`, the SO_LINGER reset, kTLS's `TCP_ULP`/`SOL_TLS` options
+//! and record-typed `recvmsg`/`sendmsg`), `chroot` and the privilege drop
 //! (`setuid`/`setgid`, capability sets).
 //! Must not: keep state, allocate, log, or decide policy. Each wrapper takes a
 //! `BorrowedFd` so the fd is guaranteed open for the duration of the call,
@@ -18,6 +19,7 @@
 
 pub mod bpf;
 pub mod caps;
+pub mod ktls;
 pub mod pipe;
 pub mod root;
 pub mod sock;
