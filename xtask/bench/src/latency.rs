@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 
+use crate::cpus::{self, Pinned, LOAD_CPU, PROXY_CPU};
 use crate::peers;
 use crate::report::quantile;
 use shunt_testkit::{relay, stats, Server};
@@ -142,11 +143,7 @@ pub fn run(shunt: &Path, dir: &Path, quick: bool) -> Result<PathBuf> {
     let plan = Plan::new(quick);
     println!("xtask: sched-latency: {plan:?}");
     // Threads started from here on (echo server, flow and CLI clients) inherit it.
-    let _pinned = if pinning() {
-        Some(Pinned::to(LOAD_CPU)?)
-    } else {
-        None
-    };
+    let _pinned = Pinned::load()?;
     let echo = start_echo()?;
     let map_path = dir.join("sched-latency.map");
     let mut text = String::with_capacity(plan.map_entries * 16);
@@ -200,22 +197,15 @@ fn run_setup(
     std::fs::write(&cfg_path, config(front, back, &sock, map, setup.global))
         .with_context(|| format!("cannot write {}", cfg_path.display()))?;
     let cfg_arg = cfg_path.display().to_string();
-    let shunt_arg = shunt.display().to_string();
-    let cpu = PROXY_CPU.to_string();
-    let args = ["-f", cfg_arg.as_str(), "--forward-mode", "copy"];
-    let pinned: Vec<&str> = ["-c", cpu.as_str(), shunt_arg.as_str()]
-        .into_iter()
-        .chain(args)
-        .collect();
-    let (program, argv) = if pinning() {
-        (Path::new("taskset"), pinned.as_slice())
-    } else {
-        (shunt, &args[..])
-    };
+    let args: Vec<String> = ["-f", cfg_arg.as_str(), "--forward-mode", "copy"]
+        .map(String::from)
+        .into();
+    let (program, argv) = cpus::proxy_command(shunt, &args);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let mut guard = ChildGuard::spawn(
         "shunt (sched-latency)",
-        program,
-        argv,
+        &program,
+        &argv,
         &dir.join("sched-latency-shunt.log"),
         true,
     )?;
@@ -285,61 +275,6 @@ fn lower_own_priority() {
         let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
         libc::setpriority(libc::PRIO_PROCESS, tid, LOAD_NICE);
     }
-}
-
-/// The CPU shunt runs on (the whole process, through `taskset`), and the one every
-/// load generator of this scenario runs on: in the seed experiment they ran on other
-/// machines; sharing a CPU with them, shunt's latency measured the OS's scheduling of
-/// 100+ client threads as much as shunt's own.
-const PROXY_CPU: usize = 1;
-const LOAD_CPU: usize = 0;
-
-/// Whether shunt and the load get a CPU each (a machine with at least two).
-fn pinning() -> bool {
-    online_cpus() > PROXY_CPU
-}
-
-/// CPUs online (not `available_parallelism`, which shrinks once this thread is pinned).
-fn online_cpus() -> usize {
-    // SAFETY: sysconf reads a system constant; no memory is passed.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    usize::try_from(n).unwrap_or(1)
-}
-
-/// This thread pinned to one CPU until dropped (then every CPU again).
-struct Pinned;
-
-impl Pinned {
-    fn to(cpu: usize) -> Result<Self> {
-        set_affinity(&[cpu]).context("cannot pin the load generators (sched_setaffinity)")?;
-        Ok(Pinned)
-    }
-}
-
-impl Drop for Pinned {
-    fn drop(&mut self) {
-        let all: Vec<usize> = (0..online_cpus()).collect();
-        let _ = set_affinity(&all);
-    }
-}
-
-/// Restrict the calling thread to `cpus`.
-fn set_affinity(cpus: &[usize]) -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is plain data (all zero is the empty set); CPU_SET writes
-    // inside it for indices below CPU_SETSIZE (checked); sched_setaffinity reads
-    // size_of::<cpu_set_t>() bytes of it for the calling thread (pid 0).
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cpus {
-            if c < libc::CPU_SETSIZE as usize {
-                libc::CPU_SET(c, &mut set);
-            }
-        }
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
 }
 
 /// Nice value of the CLI load threads (the lowest priority).
@@ -560,7 +495,7 @@ fn render(plan: &Plan, results: &[Outcome]) -> String {
         plan.measure.as_secs(),
         plan.cli_clients,
         plan.map_entries,
-        if pinning() {
+        if cpus::pinning() {
             format!("shunt pinned to CPU {PROXY_CPU}, every load generator (flow clients, echo server, CLI clients) to CPU {LOAD_CPU}, as if on another machine.")
         } else {
             "One CPU: shunt and the load generators share it.".to_string()

@@ -14,6 +14,7 @@
 //! Invariants: every process the bench starts is stopped before it returns, Ctrl-C
 //! included (`xtask::proc::ChildGuard`, the pid file); it fails when any run failed.
 
+mod cpus;
 mod delay;
 mod latency;
 mod load;

@@ -10,7 +10,8 @@
 //! whatever path leaves the bench; every configuration is written under
 //! `target/xtask/bench/`; proxies run one worker thread or process (`nbthread 1`,
 //! `worker_processes 1` with `master_process off` so the pid measured is the one that
-//! forwards); `direct` starts nothing and its frontends are the backends themselves.
+//! forwards), each on the proxy CPU of `cpus` (through `taskset`, which keeps the pid);
+//! `direct` starts nothing and its frontends are the backends themselves.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -245,6 +246,7 @@ pub fn start(
     };
     std::fs::write(&cfg_path, text)
         .with_context(|| format!("cannot write {}", cfg_path.display()))?;
+    let (program, args) = crate::cpus::proxy_command(&program, &args);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut guard = ChildGuard::spawn(peer.label, &program, &args, &log, true)?;
     for addr in fronts.values() {

@@ -255,6 +255,9 @@ pub fn run(opts: &Options) -> Result<()> {
         None if plan.quick => dir.join("quick"),
         None => xtask::workspace_root(),
     };
+    // From here on every thread and process the bench starts (backends, load tools)
+    // inherits the load CPU; `peers::start` puts each proxy on its own (`cpus`).
+    let _pinned = crate::cpus::Pinned::load()?;
     let nofile = proc::raise_nofile(WANT_NOFILE);
     let (maxconn, flows) = limits(nofile, plan.idle_flows);
     let mut ctx = Ctx {
@@ -301,7 +304,8 @@ pub fn run(opts: &Options) -> Result<()> {
             .trim()
             .to_string(),
         versions: peers::versions(&ctx.shunt),
-        cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpus: crate::cpus::online_cpus(),
+        layout: crate::cpus::describe(),
         quick: ctx.plan.quick,
         rounds: ctx.plan.rounds,
         seconds: elapsed.as_secs_f64(),
