@@ -202,25 +202,49 @@ impl TlsEcho {
     }
 }
 
+/// shunt terminating TLS for `a.test` on one port (frontend `fe`, backend
+/// `be` with server `s1`: an echo server), with an admin stats socket.
+struct Terminating {
+    ca: Ca,
+    port: u16,
+    shunt: Shunt,
+    _certs: TempDir,
+    _echo: Server,
+}
+
+impl Terminating {
+    fn start(name: &str) -> Self {
+        let ca = Ca::new("shunt test CA");
+        let certs = TempDir::new(name);
+        let (pem, _) = ca.leaf(&["a.test"]);
+        let crt = write(certs.path(), "a.pem", &pem);
+        let echo = Server::echo();
+        let port = free_port();
+        let cfg = format!(
+            "global\n    stats socket @DIR@/admin.sock level admin\n\n{DEFAULTS}\
+             frontend fe\n    bind 127.0.0.1:{port} ssl crt {crt}\n    default_backend be\n\n\
+             backend be\n    server s1 {}\n",
+            echo.addr
+        );
+        let shunt = Shunt::start(&cfg, &[]);
+        Self {
+            ca,
+            port,
+            shunt,
+            _certs: certs,
+            _echo: echo,
+        }
+    }
+}
+
 #[test]
 fn terminated_bytes_cross_exactly_both_ways_with_half_close_and_are_counted() {
-    let ca = Ca::new("shunt test CA");
-    let certs = TempDir::new("tls-bulk");
-    let (pem, _) = ca.leaf(&["a.test"]);
-    let crt = write(certs.path(), "a.pem", &pem);
-    let echo = Server::echo();
-    let port = free_port();
-    let cfg = format!(
-        "global\n    stats socket @DIR@/admin.sock level admin\n\n{DEFAULTS}\
-         frontend fe\n    bind 127.0.0.1:{port} ssl crt {crt}\n    default_backend be\n\n\
-         backend be\n    server s1 {}\n",
-        echo.addr
-    );
-    let shunt = Shunt::start(&cfg, &[]);
+    let t = Terminating::start("tls-bulk");
+    let (ca, port, shunt) = (&t.ca, t.port, &t.shunt);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let data = pattern(BULK, 17);
     let got = rt().block_on(async {
-        let s = tls_connect(addr, "a.test", client_config(&ca, &[])).await;
+        let s = tls_connect(addr, "a.test", client_config(ca, &[])).await;
         exchange(s, &data).await
     });
     assert_eq!(got.len(), data.len(), "bytes echoed back");
@@ -398,19 +422,8 @@ const CLOSING_ROUNDS: usize = 6;
 
 #[test]
 fn a_client_that_closes_right_after_its_handshake_gets_every_byte_and_a_fin() {
-    let ca = Ca::new("shunt test CA");
-    let certs = TempDir::new("tls-closing");
-    let (pem, _) = ca.leaf(&["a.test"]);
-    let crt = write(certs.path(), "a.pem", &pem);
-    let echo = Server::echo();
-    let port = free_port();
-    let cfg = format!(
-        "global\n    stats socket @DIR@/admin.sock level admin\n\n{DEFAULTS}\
-         frontend fe\n    bind 127.0.0.1:{port} ssl crt {crt}\n    default_backend be\n\n\
-         backend be\n    server s1 {}\n",
-        echo.addr
-    );
-    let shunt = Shunt::start(&cfg, &[]);
+    let t = Terminating::start("tls-closing");
+    let (ca, port, shunt) = (&t.ca, t.port, &t.shunt);
     let sock = shunt.sock();
     let ktls_flows = || -> u64 {
         show_info(&sock)
@@ -423,8 +436,8 @@ fn a_client_that_closes_right_after_its_handshake_gets_every_byte_and_a_fin() {
     for when in [Closing::WithFinished, Closing::AfterTickets] {
         let before = ktls_flows();
         for (version, cfg) in [
-            ("TLS 1.3", client_config(&ca, &[])),
-            ("TLS 1.2", client_config_tls12(&ca)),
+            ("TLS 1.3", client_config(ca, &[])),
+            ("TLS 1.2", client_config_tls12(ca)),
         ] {
             for round in 0..CLOSING_ROUNDS {
                 // One byte, one record, two records (above 2^14).

@@ -14,6 +14,8 @@ use std::io;
 use std::mem;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+use super::sock::setsockopt_raw;
+
 /// TLS record content types (RFC 8446 §5.1) the kTLS socket reports.
 pub const RECORD_ALERT: u8 = 21;
 pub const RECORD_HANDSHAKE: u8 = 22;
@@ -228,33 +230,10 @@ impl Drop for CryptoInfo {
     }
 }
 
-fn setsockopt_bytes(
-    fd: BorrowedFd<'_>,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: &[u8],
-) -> io::Result<()> {
-    // SAFETY: `fd` is borrowed, hence open; `value` is a live slice and its
-    // exact length is passed; the kernel only reads it.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            value.as_ptr().cast(),
-            value.len() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// `setsockopt(TCP_ULP, "tls")`: the socket must be established; ENOENT
 /// when the kernel has no `tls` module.
 pub fn set_ulp(fd: BorrowedFd<'_>) -> io::Result<()> {
-    setsockopt_bytes(fd, libc::IPPROTO_TCP, libc::TCP_ULP, b"tls")
+    setsockopt_raw(fd, libc::IPPROTO_TCP, libc::TCP_ULP, &b"tls"[..])
 }
 
 /// Hands one direction's keys to the kernel (after [`set_ulp`]); from then
@@ -264,7 +243,7 @@ pub fn set_crypto(fd: BorrowedFd<'_>, dir: Direction, info: &CryptoInfo) -> io::
         Direction::Tx => libc::TLS_TX,
         Direction::Rx => libc::TLS_RX,
     };
-    setsockopt_bytes(fd, libc::SOL_TLS, name, info.as_bytes())
+    setsockopt_raw(fd, libc::SOL_TLS, name, info.as_bytes())
 }
 
 /// What one [`recv`] read.

@@ -8,21 +8,22 @@ use std::io;
 use std::mem;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-fn setsockopt_raw<T>(
+/// `setsockopt` with `value`'s bytes, its whole size (a value or a slice).
+pub(super) fn setsockopt_raw<T: ?Sized>(
     fd: BorrowedFd<'_>,
     level: libc::c_int,
     name: libc::c_int,
     value: &T,
 ) -> io::Result<()> {
     // SAFETY: `fd` is borrowed, hence open; `value` points to a live `T` and
-    // the length passed is exactly `size_of::<T>()`, which the kernel reads only.
+    // the length passed is exactly its size, which the kernel reads only.
     let rc = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
             level,
             name,
             (value as *const T).cast(),
-            mem::size_of::<T>() as libc::socklen_t,
+            mem::size_of_val(value) as libc::socklen_t,
         )
     };
     if rc < 0 {
