@@ -17,7 +17,9 @@ pub use backends::{echo_round_trip, push_to_sink, Backend, Counters, Kind, Push,
 pub use server::{echo_until_eof, listen_deep, relay, Server};
 pub use stats::{cli_command, info_num, parse_show_info, parse_show_stat, StatRow};
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
+use std::sync::Mutex;
 
 /// Deterministic pseudo-random bytes (xorshift, 8 bytes a step), cheap enough for
 /// 64 MiB; shifted, dropped or misordered bytes show.
@@ -34,14 +36,32 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     v
 }
 
-/// A loopback port free at the time of the call (bind to 0, read it, close).
+/// A loopback port free at the time of the call (bind to 0, read it, close),
+/// and never one this process was given before: the kernel may hand the same
+/// ephemeral port to two binds in a row once the first is closed, and a test
+/// that asks for two ports before binding either would get one twice (seen:
+/// "address 127.0.0.1:45177 is already bound by frontend 'l'").
 pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if given.insert(port) {
+            return Ok(port);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_ports_are_never_given_twice() {
+        let ports: Vec<u16> = (0..200).map(|_| free_port().expect("port")).collect();
+        let distinct: BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len());
+    }
 
     #[test]
     fn pattern_is_deterministic_and_seeded() {
