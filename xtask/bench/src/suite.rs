@@ -543,23 +543,35 @@ fn measure_shared(
                 "rr-50" => (plan.rr50_requests, 50, false),
                 _ => (plan.connect_requests, CONNECT_CLIENTS, true),
             };
+            let cpu0 = pid.map(proc::cpu_seconds).transpose()?;
             let rr = load::redis_benchmark(front, "ping_inline", n, c, new_conn, TOOL_LIMIT)?;
-            Ok(vec![
+            let cpu1 = pid.map(proc::cpu_seconds).transpose()?;
+            let mut m = vec![
                 ("per_s", rr.rps),
                 ("p50_ms", rr.p50_ms),
                 ("p99_ms", rr.p99_ms),
-            ])
+            ];
+            if let (Some(a), Some(z)) = (cpu0, cpu1) {
+                m.push(("proxy_cpu_us_per_op", (z - a) * 1e6 / n as f64));
+            }
+            Ok(m)
         }
         "rr-64k" => {
             let front = run.front("echo")?;
+            let cpu0 = pid.map(proc::cpu_seconds).transpose()?;
             let mut t = load::echo_round_trips(front, BIG_RR, plan.big_count, TOOL_LIMIT)?;
+            let cpu1 = pid.map(proc::cpu_seconds).transpose()?;
             let total: f64 = t.iter().map(Duration::as_secs_f64).sum();
             t.sort();
-            Ok(vec![
+            let mut m = vec![
                 ("p50_us", quantile(&t, 0.50).as_secs_f64() * 1e6),
                 ("p99_us", quantile(&t, 0.99).as_secs_f64() * 1e6),
                 ("per_s", t.len() as f64 / total.max(1e-9)),
-            ])
+            ];
+            if let (Some(a), Some(z)) = (cpu0, cpu1) {
+                m.push(("proxy_cpu_us_per_op", (z - a) * 1e6 / t.len().max(1) as f64));
+            }
+            Ok(m)
         }
         other => bail!("no shared scenario '{other}'"),
     }
