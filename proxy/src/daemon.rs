@@ -841,10 +841,13 @@ async fn accept_loop(state: Arc<Runtime>, fe_idx: usize, bind: usize, listener: 
         if !wait_for_room(&state, fe_idx, bind, &mut phase).await {
             break;
         }
+        // `biased` (no RNG draw per client), the phase and the hold first: a
+        // flood of clients must not hide a soft stop.
         let accepted = tokio::select! {
-            r = listener.accept() => r,
+            biased;
             _ = phase.changed() => continue,
             _ = hold.changed() => continue,
+            r = listener.accept() => r,
         };
         match accepted {
             Ok((sock, peer)) => {

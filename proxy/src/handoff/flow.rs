@@ -8,7 +8,9 @@
 //! SHUT_WR sent to it) and never goes back.
 
 use std::cell::Cell;
+use std::future::Future;
 use std::io;
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -123,6 +125,51 @@ impl Promotion {
     }
 }
 
+/// A wake-up for the one future of a flow that waits for it (the driver):
+/// a flag that stays set until that future sees it, and that future's
+/// waker. What a `tokio::sync::Notify` does for one waiter on one thread,
+/// without its lock and list: the driver polls it on every wake of the
+/// flow, and its waiting future is one reference, not 64 bytes.
+#[derive(Default)]
+pub struct Signal {
+    set: Cell<bool>,
+    waker: Cell<Option<Waker>>,
+}
+
+impl Signal {
+    /// Set the flag and wake the waiting future, if any (a permit for the
+    /// next wait otherwise).
+    pub fn notify(&self) {
+        self.set.set(true);
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+
+    /// Completes once the flag is set, and clears it.
+    pub fn wait(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.set.replace(false) {
+                return Poll::Ready(());
+            }
+            let w = match self.waker.take() {
+                Some(w) if w.will_wake(cx.waker()) => w,
+                _ => cx.waker().clone(),
+            };
+            self.waker.set(Some(w));
+            Poll::Pending
+        })
+    }
+}
+
+impl std::fmt::Debug for Signal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signal")
+            .field("set", &self.set.get())
+            .finish()
+    }
+}
+
 pub struct Flow<'m> {
     meter: &'m dyn Meter,
     to_server: Cell<u64>,
@@ -139,9 +186,8 @@ pub struct Flow<'m> {
     promo: Promotion,
     /// Signalled when the driver must look again: a half-close may have
     /// shortened a timeout, a promotion was asked for, or a direction may
-    /// have become parkable (one `Notify`: each is 64 bytes of every flow's
-    /// future while it waits).
-    pub changed: Notify,
+    /// have become parkable.
+    pub changed: Signal,
     /// Woken when a promotion is called off: parked directions go on.
     resumed: Notify,
 }
@@ -158,7 +204,7 @@ impl<'m> Flow<'m> {
     }
 
     pub fn watched(meter: &'m dyn Meter, promote: Option<Promote>) -> Self {
-        let now = Instant::now();
+        let now = crate::scheduler::now();
         Self {
             meter,
             to_server: Cell::new(0),
@@ -170,7 +216,7 @@ impl<'m> Flow<'m> {
             fell_back: Cell::new(false),
             spliced: Cell::new(false),
             promo: Promotion::new(promote),
-            changed: Notify::new(),
+            changed: Signal::default(),
             resumed: Notify::new(),
         }
     }
@@ -194,7 +240,7 @@ impl<'m> Flow<'m> {
             p.parking.set(Some(Instant::now()));
             // The driver must learn the park deadline.
             tracing::debug!(?side, "promotion asked for");
-            self.changed.notify_one();
+            self.changed.notify();
         }
     }
 
@@ -268,7 +314,7 @@ impl<'m> Flow<'m> {
     pub fn set_waiting(&self, from: Side, waiting: bool) {
         self.promo.side(from).waiting.set(waiting);
         if waiting && self.parking() {
-            self.changed.notify_one();
+            self.changed.notify();
         }
     }
 
@@ -307,9 +353,10 @@ impl<'m> Flow<'m> {
         }
     }
 
-    /// Bytes were read from `side`.
+    /// Bytes were read from `side` (stamped with the worker's clock of this
+    /// pass: timeouts are seconds, a pass is well under a millisecond).
     pub fn touch(&self, side: Side) {
-        self.seen_cell(side).set(Instant::now());
+        self.seen_cell(side).set(crate::scheduler::now());
     }
 
     /// `n` bytes were written to `side`: account them live and touch it.
@@ -331,7 +378,7 @@ impl<'m> Flow<'m> {
     /// `side`'s socket got shut in one direction.
     pub fn shut(&self, side: Side) {
         if !self.half_cell(side).replace(true) {
-            self.changed.notify_one();
+            self.changed.notify();
         }
     }
 

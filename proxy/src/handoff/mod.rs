@@ -793,7 +793,12 @@ async fn drive(
                 None => std::future::pending::<()>().await,
             }
         };
+        // In order, without tokio's random start (a thread-local RNG draw on
+        // every wake of every flow): each direction yields after a burst, so
+        // neither starves the other, and the signal and the timer are only
+        // looked at after both directions.
         tokio::select! {
+            biased;
             r = &mut c2s, if !up_done => match r {
                 Ok(()) => up_done = true,
                 Err(e) => {
@@ -810,7 +815,7 @@ async fn drive(
             },
             // A half-close, a promotion asked for, or a direction that became
             // parkable: recheck at the top (a spurious wake only loops once).
-            () = flow.changed.notified() => {}
+            () = flow.changed.wait() => {}
             () = sleep => {
                 if let Err(e) = pace.tick() {
                     tracing::debug!(error = %e, "kernel flow tick failed");

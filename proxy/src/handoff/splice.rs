@@ -219,6 +219,7 @@ pub async fn run(
                 .map_err(|e| DirError::new(dir.to, e))?;
         } else {
             tokio::select! {
+                biased;
                 r = read_ready(from) => r.map_err(|e| DirError::new(dir.from, e))?,
                 r = write_ready(to) => r.map_err(|e| DirError::new(dir.to, e))?,
             }

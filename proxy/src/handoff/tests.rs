@@ -977,3 +977,32 @@ fn a_direction_error_names_its_side_and_a_reset_becomes_a_reset() {
         Cause::Proxy
     );
 }
+
+/// `Flow::changed`: a notify before the wait is kept for it (a permit), one
+/// during the wait wakes it, and a wait consumes the permit.
+#[tokio::test]
+async fn the_flows_signal_keeps_a_permit_and_wakes_its_waiter() {
+    let s = flow::Signal::default();
+    s.notify();
+    tokio::time::timeout(Duration::from_secs(5), s.wait())
+        .await
+        .expect("a permit given before the wait");
+    let waited = tokio::time::timeout(Duration::from_millis(50), s.wait()).await;
+    assert!(waited.is_err(), "the permit was consumed by the first wait");
+    let (s, woken) = (&s, Cell::new(false));
+    let waiter = async {
+        s.wait().await;
+        woken.set(true);
+    };
+    let notifier = async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!woken.get());
+        s.notify();
+    };
+    tokio::time::timeout(Duration::from_secs(5), async {
+        tokio::join!(waiter, notifier)
+    })
+    .await
+    .expect("the waiter was woken");
+    assert!(woken.get());
+}

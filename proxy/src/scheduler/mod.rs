@@ -209,6 +209,14 @@ pub fn spawn<F: Future<Output = ()> + 'static>(
     }
 }
 
+/// The time as of the worker's latest clock reading, at most one pass of its
+/// loop old (HAProxy's `now_ms`, read once per poll loop): what a flow stamps
+/// its activity with, without a clock read per read and write. Off a worker
+/// thread (tests), tokio's clock.
+pub fn now() -> tokio::time::Instant {
+    worker::last_clock().map_or_else(tokio::time::Instant::now, tokio::time::Instant::from_std)
+}
+
 /// The current worker's index.
 ///
 /// # Panics

@@ -1193,3 +1193,29 @@ fn load_publishes_tasks_run_queue_and_idle() {
     // No live worker: nothing counted.
     assert_eq!(load(&[r]).tasks, 0);
 }
+
+/// A task's `now()` is the worker's clock as of its pass: never ahead of the
+/// real clock, caught up after the task waits; off a worker it is tokio's clock,
+/// and a worker that ended leaves no stale reading on its thread.
+#[test]
+fn now_is_the_passs_clock_and_no_older_than_the_pass() {
+    run(async {
+        let before = std::time::Instant::now();
+        yield_now().await;
+        let t = super::now().into_std();
+        assert!(t >= before, "a reading from before the pass");
+        assert!(t <= std::time::Instant::now(), "a reading from the future");
+        sleep(Duration::from_millis(20)).await;
+        let later = super::now().into_std();
+        assert!(
+            later >= t + Duration::from_millis(20),
+            "the pass after a 20 ms wait reads the clock again"
+        );
+    });
+    // The worker has ended on this thread: what follows reads the clock.
+    std::thread::sleep(Duration::from_millis(20));
+    let before = std::time::Instant::now();
+    let t = super::now().into_std();
+    assert!(t >= before, "a stale reading left by the worker");
+    assert!(t <= std::time::Instant::now());
+}

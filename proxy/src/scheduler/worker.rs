@@ -83,6 +83,16 @@ const JOB_NAME: &str = "remote-job";
 
 thread_local! {
     static CURRENT: RefCell<Option<Rc<Worker>>> = const { RefCell::new(None) };
+    /// The worker's latest clock reading (each pass's start, and the end of
+    /// every task run while profiling): the time its tasks see through
+    /// [`now`]. `None` off a worker.
+    static LAST_CLOCK: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// This worker's latest clock reading (`None` off a worker); see
+/// [`crate::scheduler::now`].
+pub(crate) fn last_clock() -> Option<Instant> {
+    LAST_CLOCK.try_with(Cell::get).ok().flatten()
 }
 
 /// Run `f` with this thread's worker, if the thread is a worker.
@@ -310,7 +320,9 @@ impl Worker {
     }
 
     fn clock(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        let now = Instant::now();
+        let _ = LAST_CLOCK.try_with(|c| c.set(Some(now)));
+        u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Wake time for an entry queued now (see `stats.rs` for the approximation).
@@ -894,5 +906,6 @@ impl Drop for Installed<'_> {
         }
         let old = CURRENT.try_with(|c| c.borrow_mut().take()).ok().flatten();
         drop(old);
+        let _ = LAST_CLOCK.try_with(|c| c.set(None));
     }
 }

@@ -403,7 +403,7 @@ impl DirState {
     fn activate(&self, flow: &Flow<'_>) {
         self.idle_ticks.set(0);
         if self.tick_ms.replace(TICK_ACTIVE_MS) != TICK_ACTIVE_MS {
-            flow.changed.notify_one();
+            flow.changed.notify();
         }
     }
 
