@@ -510,6 +510,15 @@ fn mode_check(sock: &Path, mode: &str) -> Result<String> {
     })
 }
 
+/// Run `load`, and the CPU seconds (utime+stime) the proxy `pid` used meanwhile
+/// (`None` without a proxy: direct).
+fn proxy_cpu<T>(pid: Option<u32>, load: impl FnOnce() -> Result<T>) -> Result<(T, Option<f64>)> {
+    let before = pid.map(proc::cpu_seconds).transpose()?;
+    let out = load()?;
+    let after = pid.map(proc::cpu_seconds).transpose()?;
+    Ok((out, before.zip(after).map(|(a, z)| z - a)))
+}
+
 /// One measurement of one shared scenario: (metric, value) pairs.
 fn measure_shared(
     plan: &Plan,
@@ -521,18 +530,16 @@ fn measure_shared(
         "bulk-1" | "bulk-4" => {
             let streams = if scenario == "bulk-1" { 1 } else { 4 };
             let front = run.front("iperf")?;
-            let cpu0 = pid.map(proc::cpu_seconds).transpose()?;
             let host0 = crate::one_flow::host_busy_seconds()?;
-            let b = load::iperf3(front, plan.bulk_secs, streams)?;
-            let cpu1 = pid.map(proc::cpu_seconds).transpose()?;
+            let (b, cpu) = proxy_cpu(pid, || load::iperf3(front, plan.bulk_secs, streams))?;
             let host1 = crate::one_flow::host_busy_seconds()?;
             let gb = b.bytes as f64 / 1e9;
             let mut m = vec![
                 ("gbit_s", b.gbits()),
                 ("host_cpu_s_per_gb", (host1 - host0) / gb),
             ];
-            if let (Some(a), Some(z)) = (cpu0, cpu1) {
-                m.push(("proxy_cpu_s_per_gb", (z - a) / gb));
+            if let Some(c) = cpu {
+                m.push(("proxy_cpu_s_per_gb", c / gb));
             }
             Ok(m)
         }
@@ -543,24 +550,24 @@ fn measure_shared(
                 "rr-50" => (plan.rr50_requests, 50, false),
                 _ => (plan.connect_requests, CONNECT_CLIENTS, true),
             };
-            let cpu0 = pid.map(proc::cpu_seconds).transpose()?;
-            let rr = load::redis_benchmark(front, "ping_inline", n, c, new_conn, TOOL_LIMIT)?;
-            let cpu1 = pid.map(proc::cpu_seconds).transpose()?;
+            let (rr, cpu) = proxy_cpu(pid, || {
+                load::redis_benchmark(front, "ping_inline", n, c, new_conn, TOOL_LIMIT)
+            })?;
             let mut m = vec![
                 ("per_s", rr.rps),
                 ("p50_ms", rr.p50_ms),
                 ("p99_ms", rr.p99_ms),
             ];
-            if let (Some(a), Some(z)) = (cpu0, cpu1) {
-                m.push(("proxy_cpu_us_per_op", (z - a) * 1e6 / n as f64));
+            if let Some(c) = cpu {
+                m.push(("proxy_cpu_us_per_op", c * 1e6 / n as f64));
             }
             Ok(m)
         }
         "rr-64k" => {
             let front = run.front("echo")?;
-            let cpu0 = pid.map(proc::cpu_seconds).transpose()?;
-            let mut t = load::echo_round_trips(front, BIG_RR, plan.big_count, TOOL_LIMIT)?;
-            let cpu1 = pid.map(proc::cpu_seconds).transpose()?;
+            let (mut t, cpu) = proxy_cpu(pid, || {
+                load::echo_round_trips(front, BIG_RR, plan.big_count, TOOL_LIMIT)
+            })?;
             let total: f64 = t.iter().map(Duration::as_secs_f64).sum();
             t.sort();
             let mut m = vec![
@@ -568,8 +575,8 @@ fn measure_shared(
                 ("p99_us", quantile(&t, 0.99).as_secs_f64() * 1e6),
                 ("per_s", t.len() as f64 / total.max(1e-9)),
             ];
-            if let (Some(a), Some(z)) = (cpu0, cpu1) {
-                m.push(("proxy_cpu_us_per_op", (z - a) * 1e6 / t.len().max(1) as f64));
+            if let Some(c) = cpu {
+                m.push(("proxy_cpu_us_per_op", c * 1e6 / t.len().max(1) as f64));
             }
             Ok(m)
         }
