@@ -23,6 +23,7 @@ mod peers;
 mod poolbench;
 mod report;
 mod suite;
+mod targets;
 mod tls;
 
 use std::path::PathBuf;

@@ -486,6 +486,34 @@ pub fn host_busy_seconds() -> Result<f64> {
     Ok(ticks as f64 * one_tick)
 }
 
+/// The aggregate `cpu` line of /proc/stat as (steal, all fields): time the hypervisor
+/// ran something else while this machine's CPUs had work, against all time.
+pub fn host_steal_ticks() -> Result<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").context("cannot read /proc/stat")?;
+    parse_host_steal(&text).context("unexpected /proc/stat")
+}
+
+/// The share of the CPUs' time the hypervisor stole between two readings of
+/// [`host_steal_ticks`], in percent (`None` when no time passed).
+pub fn steal_pct(before: (u64, u64), after: (u64, u64)) -> Option<f64> {
+    let total = after.1.checked_sub(before.1).filter(|t| *t > 0)?;
+    let steal = after.0.saturating_sub(before.0);
+    Some(steal as f64 * 100.0 / total as f64)
+}
+
+fn parse_host_steal(stat: &str) -> Option<(u64, u64)> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal guest guest_nice: guest time is
+    // already in user, so the total leaves it out.
+    let total = v.iter().take(8).sum();
+    Some((*v.get(7)?, total))
+}
+
 /// user+nice+system+irq+softirq+steal of the aggregate `cpu` line.
 fn parse_host_busy(stat: &str) -> Option<u64> {
     let line = stat.lines().find(|l| l.starts_with("cpu "))?;
@@ -501,6 +529,20 @@ fn parse_host_busy(stat: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn steal_is_the_eighth_field_over_the_first_eight() {
+        let a = "cpu  100 0 50 800 10 0 20 20 7 0\ncpu0 1 2 3\n";
+        let b = "cpu  200 0 50 900 10 0 20 120 9 0\n";
+        let (sa, ta) = parse_host_steal(a).expect("a");
+        assert_eq!((sa, ta), (20, 1000));
+        let sb = parse_host_steal(b).expect("b");
+        assert_eq!(sb, (120, 1300));
+        let pct = steal_pct((sa, ta), sb).expect("pct");
+        assert!((pct - 100.0 / 3.0).abs() < 1e-9, "{pct}");
+        assert_eq!(steal_pct(sb, sb), None);
+        assert_eq!(parse_host_steal("cpu  1 2 3\n"), None);
+    }
 
     #[test]
     fn sizes() {

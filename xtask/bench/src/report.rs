@@ -142,6 +142,11 @@ pub const METRICS: [MetricInfo; 37] = [
     m("tls", "proxy_cpu_s_per_gb", "proxy CPU s/GB", false),
 ];
 
+/// The metric every shared and TLS sample carries besides its own: the hypervisor's
+/// steal during it, in percent (not in METRICS: not a figure of the peer's; the targets
+/// section shows it).
+pub const STEAL: &str = "steal_pct";
+
 /// Title and one-line description of each scenario.
 pub fn scenario_text(s: &str) -> (&'static str, &'static str) {
     match s {
@@ -267,6 +272,7 @@ fn label_of(slug: &str) -> &'static str {
 pub fn markdown(
     meta: &Meta,
     rows: &[Summary],
+    targets: &str,
     notes: &[String],
     failures: &[String],
     charts: &[(String, String)],
@@ -303,6 +309,7 @@ pub fn markdown(
          rates and worse for times, CPU and memory). Raw samples: \
          [docs/bench/results.json](docs/bench/results.json).\n",
     );
+    md.push_str(targets);
     let mut scenarios: Vec<&str> = Vec::new();
     for r in rows {
         if !scenarios.contains(&r.scenario.as_str()) {
@@ -441,7 +448,8 @@ pub fn write(
         .with_context(|| format!("cannot write {}", json_path.display()))?;
     written.push(json_path);
     let md_path = out.join("BENCHMARKS.md");
-    let mut md = markdown(meta, &rows, &notes, failures, &charts);
+    let targets = crate::targets::markdown(samples);
+    let mut md = markdown(meta, &rows, &targets, &notes, failures, &charts);
     // What people wrote below the marker in the previous file stays.
     let before = std::fs::read_to_string(&md_path).unwrap_or_default();
     if let Some(at) = before.find(HAND_WRITTEN) {

@@ -435,7 +435,7 @@ fn shared_scenarios(ctx: &mut Ctx, scenarios: &[&str]) -> Result<()> {
                 let Some(run) = running.iter_mut().find(|x| x.peer == p) else {
                     continue;
                 };
-                let got = measure_shared(&ctx.plan, scenario, run)
+                let got = with_steal(|| measure_shared(&ctx.plan, scenario, run))
                     .and_then(|m| run.check_alive().map(|()| m));
                 match got {
                     Ok(metrics) => ctx.record(scenario, p, r, metrics),
@@ -517,6 +517,21 @@ fn proxy_cpu<T>(pid: Option<u32>, load: impl FnOnce() -> Result<T>) -> Result<(T
     let out = load()?;
     let after = pid.map(proc::cpu_seconds).transpose()?;
     Ok((out, before.zip(after).map(|(a, z)| z - a)))
+}
+
+/// A measurement with `steal_pct` added: the share of the CPUs' time the hypervisor
+/// stole while it ran (/proc/stat). Not a figure of the peer's: it says how far the
+/// machine under a sample was this machine, so the report can show it beside the ratios.
+fn with_steal(
+    measure: impl FnOnce() -> Result<Vec<(&'static str, f64)>>,
+) -> Result<Vec<(&'static str, f64)>> {
+    let before = crate::one_flow::host_steal_ticks()?;
+    let mut m = measure()?;
+    let after = crate::one_flow::host_steal_ticks()?;
+    if let Some(pct) = crate::one_flow::steal_pct(before, after) {
+        m.push((report::STEAL, pct));
+    }
+    Ok(m)
 }
 
 /// One measurement of one shared scenario: (metric, value) pairs.
@@ -823,7 +838,7 @@ fn tls_scenario(ctx: &mut Ctx) -> Result<()> {
             let Some(run) = running.iter_mut().find(|x| x.peer == p) else {
                 continue;
             };
-            let got = (|| -> Result<Vec<(&'static str, f64)>> {
+            let got = with_steal(|| -> Result<Vec<(&'static str, f64)>> {
                 let pid = run.pid().context("no pid")?;
                 let cpu0 = proc::cpu_seconds(pid)?;
                 let hs = crate::tls::handshakes(
@@ -849,7 +864,7 @@ fn tls_scenario(ctx: &mut Ctx) -> Result<()> {
                     ("gbit_s", gb * 8.0 / t.as_secs_f64().max(1e-9)),
                     ("proxy_cpu_s_per_gb", (cpu2 - cpu1) / gb),
                 ])
-            })();
+            });
             match got {
                 Ok(metrics) => ctx.record("tls", p, r, metrics),
                 Err(e) => ctx.fail("tls", p, r, e)?,
