@@ -501,28 +501,26 @@ pub fn steal_pct(before: (u64, u64), after: (u64, u64)) -> Option<f64> {
     Some(steal as f64 * 100.0 / total as f64)
 }
 
-fn parse_host_steal(stat: &str) -> Option<(u64, u64)> {
+/// The fields of the aggregate `cpu` line of /proc/stat, in ticks: user nice system
+/// idle iowait irq softirq steal guest guest_nice.
+fn cpu_line(stat: &str) -> Option<Vec<u64>> {
     let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
+    line.split_whitespace()
         .skip(1)
         .map(|f| f.parse().ok())
-        .collect::<Option<_>>()?;
-    // user nice system idle iowait irq softirq steal guest guest_nice: guest time is
-    // already in user, so the total leaves it out.
-    let total = v.iter().take(8).sum();
-    Some((*v.get(7)?, total))
+        .collect()
+}
+
+/// (steal, total) of the aggregate `cpu` line: guest time is already in user, so the
+/// total is the first eight fields.
+fn parse_host_steal(stat: &str) -> Option<(u64, u64)> {
+    let v = cpu_line(stat)?;
+    Some((*v.get(7)?, v.iter().take(8).sum()))
 }
 
 /// user+nice+system+irq+softirq+steal of the aggregate `cpu` line.
 fn parse_host_busy(stat: &str) -> Option<u64> {
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|f| f.parse().ok())
-        .collect::<Option<_>>()?;
-    // user nice system idle iowait irq softirq steal …
+    let v = cpu_line(stat)?;
     Some(v.first()? + v.get(1)? + v.get(2)? + v.get(5)? + v.get(6)? + v.get(7).unwrap_or(&0))
 }
 
