@@ -36,19 +36,59 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     v
 }
 
-/// A loopback port free at the time of the call (bind to 0, read it, close),
-/// and never one this process was given before: the kernel may hand the same
-/// ephemeral port to two binds in a row once the first is closed, and a test
-/// that asks for two ports before binding either would get one twice (seen:
-/// "address 127.0.0.1:45177 is already bound by frontend 'l'").
+/// A loopback port free at the time of the call, outside the kernel's ephemeral
+/// range and never one this process was given before.
+///
+/// Why not "bind to 0, read it, close": that port comes from the ephemeral range
+/// (`net.ipv4.ip_local_port_range`), the same range every outgoing `connect()`
+/// draws its local port from. Between the close and the moment a proxy binds
+/// the port, a client or backend connection of a test running alongside could
+/// take it as its local port (seen in CI: "Starting frontend fe: cannot bind
+/// socket (Address already in use) [127.0.0.1:41157]"). Below the ephemeral
+/// range only an explicit bind can take a port, and within this process the
+/// ports given are remembered, so two asks before either bind never collide.
+/// The walk starts at an offset drawn from the process id, so two test
+/// processes at once start far apart.
 pub fn free_port() -> std::io::Result<u16> {
     static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        if given.insert(port) {
+    let (lo, hi) = outside_ephemeral_range();
+    let span = u32::from(hi - lo);
+    let start = (std::process::id().wrapping_mul(2_654_435_761) >> 7) % span;
+    for step in 0..span {
+        let port = lo + ((start + step) % span) as u16;
+        if given.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
             return Ok(port);
         }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        format!("no free loopback port in {lo}..{hi}"),
+    ))
+}
+
+/// The widest port range, of at least a few thousand ports, that outgoing
+/// connections never take: below `ip_local_port_range` if it leaves room (the
+/// default 32768-60999 leaves 10000-32767), else above it.
+fn outside_ephemeral_range() -> (u16, u16) {
+    let (low, high) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|v| v.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    if low >= 14000 {
+        (10000, low)
+    } else if high <= 60000 {
+        (high + 1, 65535)
+    } else {
+        // The whole range is ephemeral: nothing is safe, take the low ports.
+        (2000, low.max(3000))
     }
 }
 
@@ -73,7 +113,13 @@ mod tests {
     }
 
     #[test]
-    fn free_port_is_a_port() {
-        assert_ne!(free_port().expect("free port"), 0);
+    fn free_port_is_a_port_outside_the_ephemeral_range() {
+        let port = free_port().expect("free port");
+        let (lo, hi) = outside_ephemeral_range();
+        assert!(
+            port != 0 && (lo..hi).contains(&port),
+            "{port} not in {lo}..{hi}"
+        );
+        TcpListener::bind(("127.0.0.1", port)).expect("the port is bindable");
     }
 }
