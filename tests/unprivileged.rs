@@ -3,7 +3,7 @@
 //!
 //! The BPF wording checked here is the daemon's contract:
 //! - `forward-mode auto` and the load fails: exactly one warning line
-//!   `BPF unavailable (<reason>); forwarding with splice`, and shunt runs;
+//!   `BPF unavailable (<reason>); forwarding in userspace`, and shunt runs;
 //! - `forward-mode sockmap` and the load fails: exit 1 with
 //!   `[ALERT]    (pid) : forward-mode sockmap: BPF unavailable (<reason>)`.
 //!
@@ -175,13 +175,13 @@ fn nobody_auto_warns_once_and_forwards_with_splice() {
         "nobody has no capability"
     );
     let stderr = plain_stderr(&shunt);
-    let warnings = lines_with(&stderr, &["BPF unavailable (", "; forwarding with splice"]);
+    let warnings = lines_with(&stderr, &["BPF unavailable (", "; forwarding in userspace"]);
     assert_eq!(
         warnings.len(),
         1,
         "want exactly one BPF warning line; stderr:\n{stderr}"
     );
-    assert_unprivileged_reason(unavailable_reason(warnings[0], "; forwarding with splice"));
+    assert_unprivileged_reason(unavailable_reason(warnings[0], "; forwarding in userspace"));
     assert_eq!(
         lines_with(&stderr, &["BPF unavailable"]).len(),
         1,

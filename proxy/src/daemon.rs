@@ -331,7 +331,7 @@ fn load_bpf(
         Err(reason) if mode == ForwardMode::Sockmap => Err(DaemonError::BpfRequired(reason)),
         Err(reason) => {
             tracing::warn!(
-                "BPF unavailable ({reason}); forwarding with splice (copy for small reads)"
+                "BPF unavailable ({reason}); forwarding in userspace (copy; splice where a proxy asks for it)"
             );
             Ok((None, format!("unavailable ({reason})")))
         }

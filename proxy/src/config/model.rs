@@ -177,7 +177,7 @@ pub struct Global {
     pub sockmap_max_inflight: Option<usize>,
     /// `tune.sockmap.promote-bytes`: bytes a bulk flow moves in userspace
     /// before `auto` promotes it to the kernel; `None` = default (never:
-    /// bulk flows stay on splice, see `handoff::promote`).
+    /// bulk flows stay in userspace, see `handoff::promote`).
     pub sockmap_promote_bytes: Option<u64>,
     /// `maxpipes`; default maxconn / 4 as HAProxy.
     pub maxpipes: usize,

@@ -107,9 +107,10 @@ pub enum Plan {
     /// a proxy asks for splice). Splice takes a pipe only while bytes move
     /// and copies when the pool has none.
     Fixed(Mode),
-    /// `forward-mode auto`: copy, each direction going on with splice from
-    /// its first read that fills the copy buffer; with `Some`, promoted to
-    /// the kernel once the flow shows it pays (see `promote`).
+    /// `forward-mode auto`: copy (the fastest userspace mode for bulk and
+    /// small exchanges alike: see BENCHMARKS.md and `copy::COPY_BUF_SIZE`);
+    /// with `Some`, promoted to the kernel once the flow shows it pays (see
+    /// `promote`).
     Auto(Option<Promote>),
 }
 
@@ -323,17 +324,15 @@ pub fn forward<'a>(
                 &server,
                 std::mem::take(&mut pending),
                 splice,
-                auto,
                 &timeouts,
             ))
             .await;
             match driven {
                 Driven::End(end) => {
-                    let used = match (auto, splice) {
-                        _ if flow.fell_back.get() => Mode::Copy,
-                        (true, _) if flow.spliced.get() => Mode::Splice,
-                        (true, _) | (false, false) => Mode::Copy,
-                        (false, true) => Mode::Splice,
+                    let used = if splice && !flow.fell_back.get() {
+                        Mode::Splice
+                    } else {
+                        Mode::Copy
                     };
                     return finish(&flow, &client, &server, used, end, None);
                 }
@@ -350,7 +349,6 @@ pub fn forward<'a>(
 /// The userspace stage of a flow: both directions until the flow ends or
 /// both are quiescent for a promotion (their futures are dropped on return:
 /// each then holds nothing, parked or waiting for bytes).
-#[allow(clippy::too_many_arguments)]
 async fn userspace(
     pool: &PipePool,
     flow: &Flow<'_>,
@@ -358,7 +356,6 @@ async fn userspace(
     server: &TcpStream,
     pending: Vec<u8>,
     splice: bool,
-    auto: bool,
     timeouts: &FlowTimeouts,
 ) -> Driven {
     // Pinned where they are made: a future moved into `drive` would be stored
@@ -371,7 +368,6 @@ async fn userspace(
         pending,
         pool,
         splice,
-        auto,
     ));
     let s2c = pin!(direction(
         flow,
@@ -381,7 +377,6 @@ async fn userspace(
         Vec::new(),
         pool,
         splice,
-        auto,
     ));
     drive(flow, timeouts, c2s, s2c, &NoPace).await
 }
@@ -656,10 +651,8 @@ fn finish(
     }
 }
 
-/// One direction: flush `initial`, then splice (with `splice`) or copy; with
-/// `upgrade`, a copy that reads a full buffer goes on with splice. A
+/// One direction: flush `initial`, then splice (with `splice`) or copy. A
 /// direction whose splice falls back copies to its end.
-#[allow(clippy::too_many_arguments)]
 async fn direction(
     flow: &Flow<'_>,
     dir: Dir,
@@ -668,37 +661,32 @@ async fn direction(
     initial: Vec<u8>,
     pool: &PipePool,
     splice: bool,
-    upgrade: bool,
 ) -> Result<(), DirError> {
     copy::write_all(flow, dir, to, &initial).await?;
     drop(initial);
-    let mut lease = splice.then(|| Lease::lazy(pool));
-    loop {
-        if let Some(l) = lease.as_mut() {
-            match splice::run(flow, dir, from, to, l).await? {
+    if splice {
+        let mut lease = Lease::lazy(pool);
+        loop {
+            match splice::run(flow, dir, from, to, &mut lease).await? {
                 splice::Exit::Done => return Ok(()),
                 splice::Exit::ReadDry => {
                     // Boxed, as in `copy::run`.
                     if Box::pin(copy::read_dry(flow, dir, from, to)).await? {
                         return Ok(());
                     }
-                    continue;
                 }
                 splice::Exit::Fallback => {
                     flow.fell_back.set(true);
-                    let rest = splice::drain(l).map_err(|e| DirError::new(dir.to, e))?;
+                    let rest = splice::drain(&mut lease).map_err(|e| DirError::new(dir.to, e))?;
                     // The pipe is empty now: give it back before copying.
-                    drop(lease.take());
+                    drop(lease);
                     copy::write_all(flow, dir, to, &rest).await?;
+                    break;
                 }
             }
         }
-        let bulk = upgrade && !flow.fell_back.get();
-        match copy::run(flow, dir, from, to, bulk).await? {
-            copy::Exit::Eof => return Ok(()),
-            copy::Exit::Bulk => lease = Some(Lease::lazy(pool)),
-        }
     }
+    copy::run(flow, dir, from, to).await
 }
 
 /// How `drive` returned.

@@ -24,7 +24,9 @@
 //!   bytes on average or more (a bulk transfer, not a long-lived connection
 //!   of small requests) while the worker's other flows make at least a
 //!   quarter of its reads (4 bulk streams; not one stream alone). Off by
-//!   default since splice grows a bulk flow's pipe to 1 MiB (`pool`): on
+//!   default since userspace keeps up: on 2026-12-03 (2 rounds, 4 iperf3
+//!   streams through `nbthread 1`) copying moved 14.9 Gbit/s against
+//!   sockmap's 11.3; and with splice, whose pipe grows to 1 MiB (`pool`), on
 //!   2026-12-02, quiet host, 3 interleaved rounds, 4 iperf3 streams
 //!   through `nbthread 1`, splice moved 15.4 Gbit/s at 0.28 s/GB of proxy
 //!   CPU against sockmap's 13.7 at 0.18, and `auto` promoting the 4 streams

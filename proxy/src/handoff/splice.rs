@@ -172,7 +172,6 @@ pub async fn run(
                         lease.pending -= n;
                         written += n as u64;
                         flow.wrote(dir.to, n);
-                        flow.spliced.set(true);
                         corked |= more;
                         progressed = true;
                     }
