@@ -233,9 +233,23 @@ pub struct IdleServer {
     server: Option<Server>,
 }
 
+/// The idle server's accept queue (the kernel caps it at `net.core.somaxconn`,
+/// 4096 by default).
+const IDLE_BACKLOG: libc::c_int = 65535;
+
 impl IdleServer {
     pub fn start() -> Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").context("idle server: bind")?;
+        // A deep accept queue: thousands of proxied connects arrive in a burst while
+        // the accept thread shares CPU 0 with the clients. With the queue full, the
+        // kernel drops the handshake's last ACK of a SYN-cookie connection, which the
+        // proxy's side already counts as established: an idle flow sends nothing that
+        // would repair it, and it never reaches the server (seen: "only 3486 of 3500
+        // idle flows reached the server"). Listening again only resizes the queue.
+        // SAFETY: the fd is the listener's own, open for the call.
+        if unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), IDLE_BACKLOG) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("idle server: listen");
+        }
         let held = Arc::new(Mutex::new(Vec::new()));
         let server = {
             let held = Arc::clone(&held);
