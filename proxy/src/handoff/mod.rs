@@ -417,7 +417,8 @@ async fn insert_kernel(
     // again). Read the queue dry first, as a promotion does. Only when bytes
     // are queued: with none there is no such segment, and a FIN already
     // there is left for the path every early FIN takes (`insert` refuses a
-    // half-closed client, which is then spliced and propagates it once).
+    // half-closed client, which is then forwarded in userspace and propagates
+    // it once).
     let queued = || sock::inq(client.as_fd()).map_or(true, |n| n > 0);
     if flow.client_consumed() > 0 && flow.to_server() == 0 && queued() {
         if let Err(e) = Box::pin(copy::read_dry(flow, CLIENT_TO_SERVER, client, server)).await {
