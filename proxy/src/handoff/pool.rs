@@ -9,7 +9,10 @@
 //! [`BULK_PIPE_SIZE`] ([`Lease::grow`]): a 1 MiB pipe moves a loopback bulk
 //! stream with ~30 % less CPU per byte and ~20 % more throughput (measured
 //! 2026-12-02, iperf3 -P 1 through `nbthread 1` in splice mode: 0.35 →
-//! 0.25 s/GB, 12.8 → 15.4 Gbit/s). At most [`LARGE_PIPES`] pipes are grown:
+//! 0.25 s/GB, 12.8 → 15.4 Gbit/s); on 2026-12-03, a quieter and faster
+//! host, the same test gave the opposite (64 KiB pipes 15.0, grown 13.1
+//! Gbit/s, two runs each): to be measured again before it is changed. At
+//! most [`LARGE_PIPES`] pipes are grown:
 //! the kernel counts a pipe's capacity against `fs.pipe-user-pages-soft`
 //! (64 MiB per user by default) and, past it, makes every new pipe of an
 //! unprivileged user two pages, which would cost every later flow.
