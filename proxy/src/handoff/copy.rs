@@ -5,6 +5,7 @@
 //! after every byte read before EOF has been written.
 
 use std::cell::RefCell;
+use std::future::Future;
 use std::io;
 use std::os::fd::AsFd;
 
@@ -30,38 +31,41 @@ pub const COPY_BUF_SIZE: usize = 32 * 1024;
 /// socket's own reader slot, so the waiting future holds only the borrow
 /// (tokio's `readable()` future is 152 bytes, in every idle flow twice). Each
 /// socket of a flow has one reader and one writer: its two directions.
-pub async fn read_ready(s: &TcpStream) -> io::Result<()> {
-    std::future::poll_fn(|cx| s.poll_read_ready(cx)).await
+pub fn read_ready(s: &TcpStream) -> impl Future<Output = io::Result<()>> + use<'_> {
+    std::future::poll_fn(move |cx| s.poll_read_ready(cx))
 }
 
 /// Waits until `s` is writable (the writer's slot; see [`read_ready`]).
-pub async fn write_ready(s: &TcpStream) -> io::Result<()> {
-    std::future::poll_fn(|cx| s.poll_write_ready(cx)).await
+pub fn write_ready(s: &TcpStream) -> impl Future<Output = io::Result<()>> + use<'_> {
+    std::future::poll_fn(move |cx| s.poll_write_ready(cx))
 }
 
 /// Writes all of `data` to `to`, waiting for writability as needed.
-pub async fn write_all(
-    flow: &Flow<'_>,
+#[allow(clippy::manual_async_fn)]
+pub fn write_all<'a, 'm>(
+    flow: &'a Flow<'m>,
     dir: Dir,
-    to: &TcpStream,
-    mut data: &[u8],
-) -> Result<(), DirError> {
-    while !data.is_empty() {
-        match to.try_write(data) {
-            Ok(0) => return Err(DirError::new(dir.to, io::ErrorKind::WriteZero.into())),
-            Ok(n) => {
-                data = &data[n..];
-                flow.wrote(dir.to, n);
+    to: &'a TcpStream,
+    mut data: &'a [u8],
+) -> impl Future<Output = Result<(), DirError>> + use<'a, 'm> {
+    async move {
+        while !data.is_empty() {
+            match to.try_write(data) {
+                Ok(0) => return Err(DirError::new(dir.to, io::ErrorKind::WriteZero.into())),
+                Ok(n) => {
+                    data = &data[n..];
+                    flow.wrote(dir.to, n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    write_ready(to)
+                        .await
+                        .map_err(|e| DirError::new(dir.to, e))?;
+                }
+                Err(e) => return Err(DirError::new(dir.to, e)),
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                write_ready(to)
-                    .await
-                    .map_err(|e| DirError::new(dir.to, e))?;
-            }
-            Err(e) => return Err(DirError::new(dir.to, e)),
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Propagates EOF: SHUT_WR on `to`, and marks both sockets half-closed.
@@ -128,16 +132,23 @@ fn read_once(from: &TcpStream, buf: &mut [u8]) -> io::Result<Read> {
 /// Wait, holding nothing, until `from` is readable; while a promotion is
 /// asked for and the direction is dry, park first (the direction's future
 /// may then be dropped here: see `Flow::park`).
-pub async fn wait_readable(flow: &Flow<'_>, dir: Dir, from: &TcpStream) -> Result<(), DirError> {
-    while flow.must_park(dir.from) {
-        // Parking and reading dry are rare (once per promotion): boxed, so
-        // their states are not in every direction's future.
-        Box::pin(flow.park(dir.from)).await;
+#[allow(clippy::manual_async_fn)]
+pub fn wait_readable<'a, 'm>(
+    flow: &'a Flow<'m>,
+    dir: Dir,
+    from: &'a TcpStream,
+) -> impl Future<Output = Result<(), DirError>> + use<'a, 'm> {
+    async move {
+        while flow.must_park(dir.from) {
+            // Parking and reading dry are rare (once per promotion): boxed, so
+            // their states are not in every direction's future.
+            Box::pin(flow.park(dir.from)).await;
+        }
+        flow.set_waiting(dir.from, true);
+        let ready = read_ready(from).await;
+        flow.set_waiting(dir.from, false);
+        ready.map_err(|e| DirError::new(dir.from, e))
     }
-    flow.set_waiting(dir.from, true);
-    let ready = read_ready(from).await;
-    flow.set_waiting(dir.from, false);
-    ready.map_err(|e| DirError::new(dir.from, e))
 }
 
 /// What a read that must empty the receive queue asks for beyond what the
@@ -232,56 +243,59 @@ impl Drop for Buf {
 
 /// Copies `from` -> `to` until EOF (propagated) or an error. Parks, holding
 /// nothing, while a promotion is asked for.
-pub async fn run(
-    flow: &Flow<'_>,
+#[allow(clippy::manual_async_fn)]
+pub fn run<'a, 'm>(
+    flow: &'a Flow<'m>,
     dir: Dir,
-    from: &TcpStream,
-    to: &TcpStream,
-) -> Result<(), DirError> {
-    let mut burst = 0usize;
-    loop {
-        wait_readable(flow, dir, from).await?;
-        let mut buf = Buf::take();
+    from: &'a TcpStream,
+    to: &'a TcpStream,
+) -> impl Future<Output = Result<(), DirError>> + use<'a, 'm> {
+    async move {
+        let mut burst = 0usize;
         loop {
-            if flow.must_park(dir.from) {
-                break;
-            }
-            if flow.parking() {
-                // Not dry: read the whole queue at once (see `read_dry`).
-                drop(buf);
-                if Box::pin(read_dry(flow, dir, from, to)).await? {
-                    return Ok(());
-                }
-                break;
-            }
-            match read_once(from, &mut buf) {
-                Ok(Read::Eof) => {
-                    eof_read(flow, dir, to)?;
-                    return Ok(());
-                }
-                Ok(Read::Dry(n)) => {
-                    flow.read(dir.from, n, true);
-                    write_all(flow, dir, to, &buf[..n]).await?;
-                    burst = 0;
+            wait_readable(flow, dir, from).await?;
+            let mut buf = Buf::take();
+            loop {
+                if flow.must_park(dir.from) {
                     break;
                 }
-                Ok(Read::More(n)) => {
-                    flow.read(dir.from, n, false);
-                    write_all(flow, dir, to, &buf[..n]).await?;
-                    burst += n;
-                    if burst >= BURST_BYTES {
+                if flow.parking() {
+                    // Not dry: read the whole queue at once (see `read_dry`).
+                    drop(buf);
+                    if Box::pin(read_dry(flow, dir, from, to)).await? {
+                        return Ok(());
+                    }
+                    break;
+                }
+                match read_once(from, &mut buf) {
+                    Ok(Read::Eof) => {
+                        eof_read(flow, dir, to)?;
+                        return Ok(());
+                    }
+                    Ok(Read::Dry(n)) => {
+                        flow.read(dir.from, n, true);
+                        write_all(flow, dir, to, &buf[..n]).await?;
                         burst = 0;
-                        drop(buf);
-                        crate::scheduler::yield_now().await;
                         break;
                     }
+                    Ok(Read::More(n)) => {
+                        flow.read(dir.from, n, false);
+                        write_all(flow, dir, to, &buf[..n]).await?;
+                        burst += n;
+                        if burst >= BURST_BYTES {
+                            burst = 0;
+                            drop(buf);
+                            crate::scheduler::yield_now().await;
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        flow.drained(dir.from);
+                        burst = 0;
+                        break;
+                    }
+                    Err(e) => return Err(DirError::new(dir.from, e)),
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    flow.drained(dir.from);
-                    burst = 0;
-                    break;
-                }
-                Err(e) => return Err(DirError::new(dir.from, e)),
             }
         }
     }

@@ -349,36 +349,39 @@ pub fn forward<'a>(
 /// The userspace stage of a flow: both directions until the flow ends or
 /// both are quiescent for a promotion (their futures are dropped on return:
 /// each then holds nothing, parked or waiting for bytes).
-async fn userspace(
-    pool: &PipePool,
-    flow: &Flow<'_>,
-    client: &TcpStream,
-    server: &TcpStream,
+#[allow(clippy::manual_async_fn)]
+fn userspace<'a, 'm>(
+    pool: &'a PipePool,
+    flow: &'a Flow<'m>,
+    client: &'a TcpStream,
+    server: &'a TcpStream,
     pending: Vec<u8>,
     splice: bool,
-    timeouts: &FlowTimeouts,
-) -> Driven {
-    // Pinned where they are made: a future moved into `drive` would be stored
-    // twice in this one (see `drive`).
-    let c2s = pin!(direction(
-        flow,
-        CLIENT_TO_SERVER,
-        client,
-        server,
-        pending,
-        pool,
-        splice,
-    ));
-    let s2c = pin!(direction(
-        flow,
-        SERVER_TO_CLIENT,
-        server,
-        client,
-        Vec::new(),
-        pool,
-        splice,
-    ));
-    drive(flow, timeouts, c2s, s2c, &NoPace).await
+    timeouts: &'a FlowTimeouts,
+) -> impl Future<Output = Driven> + use<'a, 'm> {
+    async move {
+        // Pinned where they are made: a future moved into `drive` would be stored
+        // twice in this one (see `drive`).
+        let c2s = pin!(direction(
+            flow,
+            CLIENT_TO_SERVER,
+            client,
+            server,
+            pending,
+            pool,
+            splice,
+        ));
+        let s2c = pin!(direction(
+            flow,
+            SERVER_TO_CLIENT,
+            server,
+            client,
+            Vec::new(),
+            pool,
+            splice,
+        ));
+        drive(flow, timeouts, c2s, s2c, &NoPace).await
+    }
 }
 
 /// Why `insert_kernel` did not insert the pair.
@@ -654,40 +657,45 @@ fn finish(
 
 /// One direction: flush `initial`, then splice (with `splice`) or copy. A
 /// direction whose splice falls back copies to its end.
-async fn direction(
-    flow: &Flow<'_>,
+#[allow(clippy::manual_async_fn)]
+fn direction<'a, 'm>(
+    flow: &'a Flow<'m>,
     dir: Dir,
-    from: &TcpStream,
-    to: &TcpStream,
+    from: &'a TcpStream,
+    to: &'a TcpStream,
     initial: Vec<u8>,
-    pool: &PipePool,
+    pool: &'a PipePool,
     splice: bool,
-) -> Result<(), DirError> {
-    copy::write_all(flow, dir, to, &initial).await?;
-    drop(initial);
-    if splice {
-        let mut lease = Lease::lazy(pool);
-        loop {
-            match splice::run(flow, dir, from, to, &mut lease).await? {
-                splice::Exit::Done => return Ok(()),
-                splice::Exit::ReadDry => {
-                    // Boxed, as in `copy::run`.
-                    if Box::pin(copy::read_dry(flow, dir, from, to)).await? {
-                        return Ok(());
+) -> impl Future<Output = Result<(), DirError>> + use<'a, 'm> {
+    async move {
+        copy::write_all(flow, dir, to, &initial).await?;
+        drop(initial);
+        if splice {
+            let rest = {
+                let mut lease = Lease::lazy(pool);
+                loop {
+                    match splice::run(flow, dir, from, to, &mut lease).await? {
+                        splice::Exit::Done => return Ok(()),
+                        splice::Exit::ReadDry => {
+                            // Boxed, as in `copy::run`.
+                            if Box::pin(copy::read_dry(flow, dir, from, to)).await? {
+                                return Ok(());
+                            }
+                        }
+                        splice::Exit::Fallback => {
+                            flow.fell_back.set(true);
+                            // The pipe is empty afterwards, and goes back
+                            // (the lease's scope ends) before copying.
+                            break splice::drain(&mut lease)
+                                .map_err(|e| DirError::new(dir.to, e))?;
+                        }
                     }
                 }
-                splice::Exit::Fallback => {
-                    flow.fell_back.set(true);
-                    let rest = splice::drain(&mut lease).map_err(|e| DirError::new(dir.to, e))?;
-                    // The pipe is empty now: give it back before copying.
-                    drop(lease);
-                    copy::write_all(flow, dir, to, &rest).await?;
-                    break;
-                }
-            }
+            };
+            copy::write_all(flow, dir, to, &rest).await?;
         }
+        copy::run(flow, dir, from, to).await
     }
-    copy::run(flow, dir, from, to).await
 }
 
 /// How `drive` returned.
@@ -738,81 +746,89 @@ impl Pace for sockmap::Ticker<'_, '_> {
 /// The directions come pinned by the caller, made in place: a future taken by
 /// value and pinned here would be stored twice in the flow's state (the argument
 /// and the pinned local), which every idle flow pays for in memory.
-async fn drive(
-    flow: &Flow<'_>,
-    t: &FlowTimeouts,
-    mut c2s: Pin<&mut impl Future<Output = Result<(), DirError>>>,
-    mut s2c: Pin<&mut impl Future<Output = Result<(), DirError>>>,
-    pace: &dyn Pace,
-) -> Driven {
-    let (mut up_done, mut down_done) = (false, false);
-    let mut last_tick = tokio::time::Instant::now();
-    loop {
-        if up_done && down_done {
-            return Driven::End(End::Done);
-        }
-        if flow.parking() {
-            if up_done || down_done {
-                // Half-closed meanwhile: the kernel would refuse the pair.
-                flow.call_off(false);
-            } else if flow.quiescent() {
-                tracing::debug!("both directions parked: promoting the flow");
-                return Driven::Quiescent;
-            } else if flow
-                .park_deadline()
-                .is_some_and(|d| d <= tokio::time::Instant::now())
-            {
-                // A direction could not read its socket dry in time
-                // (backpressure): go on in userspace, try again later.
-                tracing::debug!("directions not parkable in time: promotion called off");
-                flow.call_off(true);
+#[allow(clippy::manual_async_fn)]
+fn drive<'a, 'm, A, B>(
+    flow: &'a Flow<'m>,
+    t: &'a FlowTimeouts,
+    c2s: Pin<&'a mut A>,
+    s2c: Pin<&'a mut B>,
+    pace: &'a dyn Pace,
+) -> impl Future<Output = Driven> + use<'a, 'm, A, B>
+where
+    A: Future<Output = Result<(), DirError>>,
+    B: Future<Output = Result<(), DirError>>,
+{
+    async move {
+        let (mut c2s, mut s2c) = (c2s, s2c);
+        let (mut up_done, mut down_done) = (false, false);
+        let mut last_tick = tokio::time::Instant::now();
+        loop {
+            if up_done && down_done {
+                return Driven::End(End::Done);
             }
-        }
-        // Activity only pushes deadlines later, so sleeping until the
-        // earliest one computed now and re-checking on wake is exact; a
-        // half-close can bring one closer, and it wakes us to recompute.
-        let tick_at = pace.period().map(|p| last_tick + p);
-        let deadline = [flow.deadline(t), flow.park_deadline(), tick_at]
-            .into_iter()
-            .flatten()
-            .min();
-        let sleep = async move {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending::<()>().await,
+            if flow.parking() {
+                if up_done || down_done {
+                    // Half-closed meanwhile: the kernel would refuse the pair.
+                    flow.call_off(false);
+                } else if flow.quiescent() {
+                    tracing::debug!("both directions parked: promoting the flow");
+                    return Driven::Quiescent;
+                } else if flow
+                    .park_deadline()
+                    .is_some_and(|d| d <= tokio::time::Instant::now())
+                {
+                    // A direction could not read its socket dry in time
+                    // (backpressure): go on in userspace, try again later.
+                    tracing::debug!("directions not parkable in time: promotion called off");
+                    flow.call_off(true);
+                }
             }
-        };
-        // In order, without tokio's random start (a thread-local RNG draw on
-        // every wake of every flow): each direction yields after a burst, so
-        // neither starves the other, and the signal and the timer are only
-        // looked at after both directions.
-        tokio::select! {
-            biased;
-            r = &mut c2s, if !up_done => match r {
-                Ok(()) => up_done = true,
-                Err(e) => {
-                    tracing::debug!(error = %e, "client-to-server direction failed");
-                    return Driven::End(e.into_end());
+            // Activity only pushes deadlines later, so sleeping until the
+            // earliest one computed now and re-checking on wake is exact; a
+            // half-close can bring one closer, and it wakes us to recompute.
+            let tick_at = pace.period().map(|p| last_tick + p);
+            let deadline = [flow.deadline(t), flow.park_deadline(), tick_at]
+                .into_iter()
+                .flatten()
+                .min();
+            let sleep = async move {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending::<()>().await,
                 }
-            },
-            r = &mut s2c, if !down_done => match r {
-                Ok(()) => down_done = true,
-                Err(e) => {
-                    tracing::debug!(error = %e, "server-to-client direction failed");
-                    return Driven::End(e.into_end());
-                }
-            },
-            // A half-close, a promotion asked for, or a direction that became
-            // parkable: recheck at the top (a spurious wake only loops once).
-            () = flow.changed.wait() => {}
-            () = sleep => {
-                if let Err(e) = pace.tick() {
-                    tracing::debug!(error = %e, "kernel flow tick failed");
-                    return Driven::End(e.into_end());
-                }
-                last_tick = tokio::time::Instant::now();
-                if let Some(end) = flow.expired(t, tokio::time::Instant::now()) {
-                    return Driven::End(end);
+            };
+            // In order, without tokio's random start (a thread-local RNG draw on
+            // every wake of every flow): each direction yields after a burst, so
+            // neither starves the other, and the signal and the timer are only
+            // looked at after both directions.
+            tokio::select! {
+                biased;
+                r = &mut c2s, if !up_done => match r {
+                    Ok(()) => up_done = true,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "client-to-server direction failed");
+                        return Driven::End(e.into_end());
+                    }
+                },
+                r = &mut s2c, if !down_done => match r {
+                    Ok(()) => down_done = true,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "server-to-client direction failed");
+                        return Driven::End(e.into_end());
+                    }
+                },
+                // A half-close, a promotion asked for, or a direction that became
+                // parkable: recheck at the top (a spurious wake only loops once).
+                () = flow.changed.wait() => {}
+                () = sleep => {
+                    if let Err(e) = pace.tick() {
+                        tracing::debug!(error = %e, "kernel flow tick failed");
+                        return Driven::End(e.into_end());
+                    }
+                    last_tick = tokio::time::Instant::now();
+                    if let Some(end) = flow.expired(t, tokio::time::Instant::now()) {
+                        return Driven::End(end);
+                    }
                 }
             }
         }

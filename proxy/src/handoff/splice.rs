@@ -18,6 +18,7 @@
 //!   raises SIGPIPE, which Rust programs ignore by default (the daemon must
 //!   keep it ignored); the call then fails with EPIPE -> reset handling.
 
+use std::future::Future;
 use std::io;
 use std::os::fd::AsFd;
 
@@ -81,146 +82,151 @@ fn must_fall_back(e: &io::Error) -> bool {
 /// back whenever the loop waits with it empty; when the pool has none to
 /// give, the loop exits with [`Exit::Fallback`]. Parks, holding nothing,
 /// while a promotion is asked for.
-pub async fn run(
-    flow: &Flow<'_>,
+#[allow(clippy::manual_async_fn)]
+pub fn run<'a, 'm, 'p>(
+    flow: &'a Flow<'m>,
     dir: Dir,
-    from: &TcpStream,
-    to: &TcpStream,
-    lease: &mut Lease<'_>,
-) -> Result<Exit, DirError> {
-    let (from_fd, to_fd) = (from.as_fd(), to.as_fd());
+    from: &'a TcpStream,
+    to: &'a TcpStream,
+    lease: &'a mut Lease<'p>,
+) -> impl Future<Output = Result<Exit, DirError>> + use<'a, 'm, 'p> {
+    async move {
+        let (from_fd, to_fd) = (from.as_fd(), to.as_fd());
 
-    let mut eof = false;
-    // The bytes in the pipe came from a bulk read (>= 90% of the pipe).
-    let mut bulk = false;
-    // A write-splice with SPLICE_F_MORE happened since the last push.
-    let mut corked = false;
-    let mut burst = 0usize;
-    let mut written = 0u64;
-    loop {
-        if flow.parking() && !flow.must_park(dir.from) && lease.pending == 0 && !eof {
-            return Ok(fall_back(to, corked, Exit::ReadDry));
-        }
-        if lease.pipe.is_none() && !eof {
-            // Nothing held: wait for bytes before taking a pipe.
-            wait_readable(flow, dir, from).await?;
-            if flow.must_park(dir.from) {
+        let mut eof = false;
+        // The bytes in the pipe came from a bulk read (>= 90% of the pipe).
+        let mut bulk = false;
+        // A write-splice with SPLICE_F_MORE happened since the last push.
+        let mut corked = false;
+        let mut burst = 0usize;
+        let mut written = 0u64;
+        loop {
+            if flow.parking() && !flow.must_park(dir.from) && lease.pending == 0 && !eof {
+                return Ok(fall_back(to, corked, Exit::ReadDry));
+            }
+            if lease.pipe.is_none() && !eof {
+                // Nothing held: wait for bytes before taking a pipe.
+                wait_readable(flow, dir, from).await?;
+                if flow.must_park(dir.from) {
+                    continue;
+                }
+                if !lease.fill() {
+                    return Ok(fall_back(to, corked, Exit::Fallback));
+                }
+            }
+            let reading = !eof && !flow.must_park(dir.from);
+            let cap = lease.pipe.as_ref().map_or(0, |p| p.cap);
+            let mut progressed = false;
+            // EAGAIN with bytes in the pipe: readiness kept, don't wait on it.
+            let mut read_ambiguous = false;
+            // This read filled the pipe: a bulk transfer, which a larger pipe
+            // moves cheaper (`Lease::grow`).
+            let mut filled = false;
+
+            if let Some(pipe) = lease.pipe.as_ref() {
+                let (pipe_rd, pipe_wr) = (pipe.rd.as_fd(), pipe.wr.as_fd());
+                if reading && lease.pending < cap {
+                    let room = cap - lease.pending;
+                    let held = lease.pending;
+                    let r = from.try_io(Interest::READABLE, || {
+                        match sys_pipe::splice(from_fd, pipe_wr, room, false) {
+                            // Returning Ok keeps tokio's read readiness set.
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock && held > 0 => Ok(None),
+                            other => other.map(Some),
+                        }
+                    });
+                    match r {
+                        Ok(Some(0)) => {
+                            eof = true;
+                            flow.shut(dir.from);
+                            progressed = true;
+                        }
+                        Ok(Some(n)) => {
+                            lease.pending += n;
+                            bulk = n >= cap * MORE_NUM / MORE_DEN;
+                            filled = lease.pending >= cap;
+                            // A short splice may mean a full pipe, not an empty
+                            // socket: only EAGAIN with an empty pipe is dry.
+                            flow.read(dir.from, n, false);
+                            burst += n;
+                            progressed = true;
+                        }
+                        Ok(None) => read_ambiguous = true,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => flow.drained(dir.from),
+                        Err(e) if must_fall_back(&e) => {
+                            return Ok(fall_back(to, corked, Exit::Fallback))
+                        }
+                        Err(e) => return Err(DirError::new(dir.from, e)),
+                    }
+                }
+
+                if lease.pending > 0 {
+                    let len = lease.pending;
+                    let more = bulk;
+                    let r = to.try_io(Interest::WRITABLE, || {
+                        if injected_einval(written) {
+                            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+                        }
+                        sys_pipe::splice(pipe_rd, to_fd, len, more)
+                    });
+                    match r {
+                        Ok(0) => {
+                            return Err(DirError::new(dir.to, io::ErrorKind::WriteZero.into()))
+                        }
+                        Ok(n) => {
+                            lease.pending -= n;
+                            written += n as u64;
+                            flow.wrote(dir.to, n);
+                            corked |= more;
+                            progressed = true;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) if must_fall_back(&e) => {
+                            return Ok(fall_back(to, corked, Exit::Fallback))
+                        }
+                        Err(e) => return Err(DirError::new(dir.to, e)),
+                    }
+                }
+            }
+
+            if filled {
+                lease.grow();
+            }
+            if eof && lease.pending == 0 {
+                // SHUT_WR pushes any corked tail itself.
+                propagate_eof(flow, dir, to)?;
+                return Ok(Exit::Done);
+            }
+            if progressed {
+                if burst >= BURST_BYTES {
+                    burst = 0;
+                    crate::scheduler::yield_now().await;
+                }
                 continue;
             }
-            if !lease.fill() {
-                return Ok(fall_back(to, corked, Exit::Fallback));
-            }
-        }
-        let reading = !eof && !flow.must_park(dir.from);
-        let cap = lease.pipe.as_ref().map_or(0, |p| p.cap);
-        let mut progressed = false;
-        // EAGAIN with bytes in the pipe: readiness kept, don't wait on it.
-        let mut read_ambiguous = false;
-        // This read filled the pipe: a bulk transfer, which a larger pipe
-        // moves cheaper (`Lease::grow`).
-        let mut filled = false;
+            burst = 0;
 
-        if let Some(pipe) = lease.pipe.as_ref() {
-            let (pipe_rd, pipe_wr) = (pipe.rd.as_fd(), pipe.wr.as_fd());
-            if reading && lease.pending < cap {
-                let room = cap - lease.pending;
-                let held = lease.pending;
-                let r = from.try_io(Interest::READABLE, || {
-                    match sys_pipe::splice(from_fd, pipe_wr, room, false) {
-                        // Returning Ok keeps tokio's read readiness set.
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock && held > 0 => Ok(None),
-                        other => other.map(Some),
-                    }
-                });
-                match r {
-                    Ok(Some(0)) => {
-                        eof = true;
-                        flow.shut(dir.from);
-                        progressed = true;
-                    }
-                    Ok(Some(n)) => {
-                        lease.pending += n;
-                        bulk = n >= cap * MORE_NUM / MORE_DEN;
-                        filled = lease.pending >= cap;
-                        // A short splice may mean a full pipe, not an empty
-                        // socket: only EAGAIN with an empty pipe is dry.
-                        flow.read(dir.from, n, false);
-                        burst += n;
-                        progressed = true;
-                    }
-                    Ok(None) => read_ambiguous = true,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => flow.drained(dir.from),
-                    Err(e) if must_fall_back(&e) => {
-                        return Ok(fall_back(to, corked, Exit::Fallback))
-                    }
-                    Err(e) => return Err(DirError::new(dir.from, e)),
+            // Leaving the loop to wait: push a MSG_MORE tail now (cork fix).
+            if lease.pending == 0 && corked {
+                sock::set_nodelay(to_fd).map_err(|e| DirError::new(dir.to, e))?;
+                corked = false;
+            }
+
+            if lease.pending == 0 {
+                // Nothing held: the pipe goes back to the pool, and the top of
+                // the loop waits for bytes (or parks).
+                lease.idle();
+                continue;
+            } else if eof || read_ambiguous || lease.pending >= cap || !reading {
+                write_ready(to)
+                    .await
+                    .map_err(|e| DirError::new(dir.to, e))?;
+            } else {
+                tokio::select! {
+                    biased;
+                    r = read_ready(from) => r.map_err(|e| DirError::new(dir.from, e))?,
+                    r = write_ready(to) => r.map_err(|e| DirError::new(dir.to, e))?,
                 }
-            }
-
-            if lease.pending > 0 {
-                let len = lease.pending;
-                let more = bulk;
-                let r = to.try_io(Interest::WRITABLE, || {
-                    if injected_einval(written) {
-                        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-                    }
-                    sys_pipe::splice(pipe_rd, to_fd, len, more)
-                });
-                match r {
-                    Ok(0) => return Err(DirError::new(dir.to, io::ErrorKind::WriteZero.into())),
-                    Ok(n) => {
-                        lease.pending -= n;
-                        written += n as u64;
-                        flow.wrote(dir.to, n);
-                        corked |= more;
-                        progressed = true;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) if must_fall_back(&e) => {
-                        return Ok(fall_back(to, corked, Exit::Fallback))
-                    }
-                    Err(e) => return Err(DirError::new(dir.to, e)),
-                }
-            }
-        }
-
-        if filled {
-            lease.grow();
-        }
-        if eof && lease.pending == 0 {
-            // SHUT_WR pushes any corked tail itself.
-            propagate_eof(flow, dir, to)?;
-            return Ok(Exit::Done);
-        }
-        if progressed {
-            if burst >= BURST_BYTES {
-                burst = 0;
-                crate::scheduler::yield_now().await;
-            }
-            continue;
-        }
-        burst = 0;
-
-        // Leaving the loop to wait: push a MSG_MORE tail now (cork fix).
-        if lease.pending == 0 && corked {
-            sock::set_nodelay(to_fd).map_err(|e| DirError::new(dir.to, e))?;
-            corked = false;
-        }
-
-        if lease.pending == 0 {
-            // Nothing held: the pipe goes back to the pool, and the top of
-            // the loop waits for bytes (or parks).
-            lease.idle();
-            continue;
-        } else if eof || read_ambiguous || lease.pending >= cap || !reading {
-            write_ready(to)
-                .await
-                .map_err(|e| DirError::new(dir.to, e))?;
-        } else {
-            tokio::select! {
-                biased;
-                r = read_ready(from) => r.map_err(|e| DirError::new(dir.from, e))?,
-                r = write_ready(to) => r.map_err(|e| DirError::new(dir.to, e))?,
             }
         }
     }

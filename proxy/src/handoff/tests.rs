@@ -1006,3 +1006,34 @@ async fn the_flows_signal_keeps_a_permit_and_wakes_its_waiter() {
     .expect("the waiter was woken");
     assert!(woken.get());
 }
+
+/// The userspace stage's room, which every idle flow in copy, splice and
+/// `auto` holds (docs/architecture.md, "Memory of an idle flow"), measured in
+/// the build the test runs in (880 B in release and debug builds alike on
+/// 2026-12-03, 1184 before its async fns stopped storing their arguments
+/// twice). A change that grows it must say why here.
+const USERSPACE_FUTURE_MAX: usize = 880;
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_userspace_stage_stays_small() {
+    let pool = Forwarding::userspace(PipePool::new(None, 8));
+    let r = rig().await;
+    let m = Counting::default();
+    let flow = flow::Flow::new(&m);
+    let t = FlowTimeouts::default();
+    let stage = userspace(
+        &pool.pipes,
+        &flow,
+        &r.proxy_client,
+        &r.proxy_server,
+        Vec::new(),
+        false,
+        &t,
+    );
+    let n = std::mem::size_of_val(&stage);
+    eprintln!("userspace stage: {n} B");
+    assert!(
+        n <= USERSPACE_FUTURE_MAX,
+        "the userspace stage's future is {n} B, more than {USERSPACE_FUTURE_MAX} B"
+    );
+}
