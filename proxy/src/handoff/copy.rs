@@ -41,6 +41,9 @@ pub fn write_ready(s: &TcpStream) -> impl Future<Output = io::Result<()>> + use<
 }
 
 /// Writes all of `data` to `to`, waiting for writability as needed.
+///
+/// Not an `async fn`: it would store its arguments twice in every flow's
+/// future (see "Memory of an idle flow" in docs/architecture.md).
 #[allow(clippy::manual_async_fn)]
 pub fn write_all<'a, 'm>(
     flow: &'a Flow<'m>,
@@ -132,6 +135,9 @@ fn read_once(from: &TcpStream, buf: &mut [u8]) -> io::Result<Read> {
 /// Wait, holding nothing, until `from` is readable; while a promotion is
 /// asked for and the direction is dry, park first (the direction's future
 /// may then be dropped here: see `Flow::park`).
+///
+/// Not an `async fn`: it would store its arguments twice in every flow's
+/// future (see "Memory of an idle flow" in docs/architecture.md).
 #[allow(clippy::manual_async_fn)]
 pub fn wait_readable<'a, 'm>(
     flow: &'a Flow<'m>,
@@ -243,6 +249,9 @@ impl Drop for Buf {
 
 /// Copies `from` -> `to` until EOF (propagated) or an error. Parks, holding
 /// nothing, while a promotion is asked for.
+///
+/// Not an `async fn`: it would store its arguments twice in every flow's
+/// future (see "Memory of an idle flow" in docs/architecture.md).
 #[allow(clippy::manual_async_fn)]
 pub fn run<'a, 'm>(
     flow: &'a Flow<'m>,

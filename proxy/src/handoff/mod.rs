@@ -349,6 +349,9 @@ pub fn forward<'a>(
 /// The userspace stage of a flow: both directions until the flow ends or
 /// both are quiescent for a promotion (their futures are dropped on return:
 /// each then holds nothing, parked or waiting for bytes).
+///
+/// Not an `async fn`: it would store its arguments twice in every flow's
+/// future (see "Memory of an idle flow" in docs/architecture.md).
 #[allow(clippy::manual_async_fn)]
 fn userspace<'a, 'm>(
     pool: &'a PipePool,
@@ -657,6 +660,9 @@ fn finish(
 
 /// One direction: flush `initial`, then splice (with `splice`) or copy. A
 /// direction whose splice falls back copies to its end.
+///
+/// Not an `async fn`: it would store its arguments twice in every flow's
+/// future (see "Memory of an idle flow" in docs/architecture.md).
 #[allow(clippy::manual_async_fn)]
 fn direction<'a, 'm>(
     flow: &'a Flow<'m>,
@@ -746,6 +752,9 @@ impl Pace for sockmap::Ticker<'_, '_> {
 /// The directions come pinned by the caller, made in place: a future taken by
 /// value and pinned here would be stored twice in the flow's state (the argument
 /// and the pinned local), which every idle flow pays for in memory.
+///
+/// Not an `async fn`: it would store its arguments twice in every flow's
+/// future (see "Memory of an idle flow" in docs/architecture.md).
 #[allow(clippy::manual_async_fn)]
 fn drive<'a, 'm, A, B>(
     flow: &'a Flow<'m>,

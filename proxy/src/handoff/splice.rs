@@ -82,6 +82,9 @@ fn must_fall_back(e: &io::Error) -> bool {
 /// back whenever the loop waits with it empty; when the pool has none to
 /// give, the loop exits with [`Exit::Fallback`]. Parks, holding nothing,
 /// while a promotion is asked for.
+///
+/// Not an `async fn`: it would store its arguments twice in every flow's
+/// future (see "Memory of an idle flow" in docs/architecture.md).
 #[allow(clippy::manual_async_fn)]
 pub fn run<'a, 'm, 'p>(
     flow: &'a Flow<'m>,
