@@ -46,23 +46,25 @@
 //! A flow that is half-closed is never promoted (the insertion refuses it).
 
 use std::cell::Cell;
+use std::time::Instant;
 
 /// Mean read size, in bytes, from which a flow's bytes count as bulk: a
 /// redis or database connection reads requests of tens to hundreds of
 /// bytes; a bulk stream fills most of a 64 KiB buffer or pipe per read.
 pub const BULK_READ: u64 = 4096;
 
-/// Reads of one flow over which its share of the worker's reads is judged
-/// (128 round trips, ~20 ms of a single redis-benchmark client through
-/// userspace): long enough that the OS scheduler cannot make one of several
-/// clients that are busy at the same time look alone (16 client threads on 2
-/// CPUs doing 32-byte round trips, `tests/promotion.rs`: with 64 reads one of
-/// them was promoted in 2 runs of 6; with 128 in none of 20 alone but in the
-/// full test suite's load; with 256 in none of 10 run two at a time beside a
-/// busy loop), and short enough that redis -c1's 20,000 requests lose little
-/// to it (with 128: 0.995x of forced sockmap, 2026-12-03, 3 rounds; with 512:
-/// 0.93x).
-pub const WINDOW_READS: u32 = 256;
+/// Reads of one flow over which its share of the worker's reads is judged,
+/// where the worker holds other flows: long enough that the OS scheduler
+/// cannot make one of several clients that are busy at the same time look
+/// alone. 16 client threads on 2 CPUs doing 32-byte round trips
+/// (`tests/promotion.rs`) beside the other promotion tests: with 256 reads
+/// one of them was promoted in 2 runs of 4 (it made 256 reads while the 7-10
+/// others of its worker made 0-54: the machine's load starved their
+/// threads), with 1024 in none of 10 (3 and 4 tests at a time). A single
+/// client alone on its worker (redis -c1, the 64 KiB echo) is judged over
+/// [`ALONE_WINDOW_READS`] instead, so this costs only a busy flow beside
+/// idle ones: ~0.1 s of userspace round trips before it is promoted.
+pub const WINDOW_READS: u32 = 1024;
 
 /// The window of a flow whose reads are bulk ([`BULK_READ`] on average): a
 /// turn-taking exchange of large messages (the 64 KiB echo: 8 turns with
@@ -71,6 +73,24 @@ pub const WINDOW_READS: u32 = 256;
 /// 512-read window 1000 echoes ran at 0.76x of forced sockmap (2026-12-03,
 /// 2 rounds), with 32 at 1.00x (3 rounds).
 pub const BULK_WINDOW_READS: u32 = 32;
+
+/// The window of a flow that is the only `auto` flow its worker holds: with
+/// no other flow there is nothing to tell it apart from, and its every
+/// round trip in userspace crosses CPUs four times (~0.2 ms on this VM
+/// against ~0.02 in the kernel), so the long window is what redis -c1 pays
+/// for. 2026-12-04, redis -c1, 20,000 requests, 3 alternating runs of each
+/// against forced sockmap: with [`WINDOW_READS`] 0.90-0.985x, with this
+/// 0.97-1.03x. Many busy flows on one worker never see it: it applies only
+/// while the worker holds no other `auto` flow at all and has started none
+/// for [`ALONE_QUIET`].
+pub const ALONE_WINDOW_READS: u32 = 32;
+
+/// How long a worker must have started no other flow before its only flow
+/// counts as alone: many clients that connect at once are accepted and
+/// started over a few milliseconds, and the first of them must not look
+/// alone meanwhile (`tests/promotion.rs`, 16 busy clients released together:
+/// without it one was promoted in 1 run of 3 beside the other tests).
+pub const ALONE_QUIET: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A flow with at least DOMINANT_NUM/DOMINANT_DEN of its worker's reads in
 /// a window is the worker's one busy flow.
@@ -124,8 +144,24 @@ thread_local! {
     static WORKER_READS: Cell<u64> = const { Cell::new(0) };
 }
 
+thread_local! {
+    /// `auto` flows this worker holds (each one's `Watch` is alive).
+    static WORKER_FLOWS: Cell<u32> = const { Cell::new(0) };
+    /// When this worker last started an `auto` flow.
+    static LAST_START: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
 fn worker_reads() -> u64 {
     WORKER_READS.with(Cell::get)
+}
+
+/// The flow reading is the only one its worker holds, and the worker has
+/// started no other for [`ALONE_QUIET`].
+fn alone() -> bool {
+    WORKER_FLOWS.with(Cell::get) <= 1
+        && LAST_START
+            .with(Cell::get)
+            .is_none_or(|t| t.elapsed() >= ALONE_QUIET)
 }
 
 /// The evidence of one flow.
@@ -143,6 +179,8 @@ pub struct Watch {
 
 impl Watch {
     pub fn new(policy: Promote) -> Self {
+        WORKER_FLOWS.with(|n| n.set(n.get() + 1));
+        LAST_START.with(|t| t.set(Some(Instant::now())));
         Self {
             policy,
             bytes: Cell::new(0),
@@ -190,7 +228,9 @@ impl Watch {
         if !dominant && elephant && bytes >= reads * BULK_READ {
             return true;
         }
-        let window = if bytes >= reads * BULK_READ {
+        let window = if w >= ALONE_WINDOW_READS && alone() {
+            ALONE_WINDOW_READS
+        } else if bytes >= reads * BULK_READ {
             BULK_WINDOW_READS
         } else {
             WINDOW_READS
@@ -201,6 +241,13 @@ impl Watch {
         let turns = self.window_turns.get();
         self.new_window(total);
         dominant && turns * TURN_EVERY >= w
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        // At thread exit the count may be gone with the thread.
+        let _ = WORKER_FLOWS.try_with(|n| n.set(n.get().saturating_sub(1)));
     }
 }
 
@@ -264,13 +311,42 @@ mod tests {
 
     #[test]
     fn the_workers_one_busy_flow_taking_turns_is_promoted_after_a_window() {
+        // Another flow on the worker, idle.
+        let _idle = Watch::new(Promote::default());
         let w = Watch::new(Promote::default());
         let at = (1..=2 * WINDOW_READS).find(|i| w.read((i % 2) as u8, 20));
         assert_eq!(at, Some(WINDOW_READS));
+        drop(w);
         // A 64 KiB echo: two reads each way per turn.
         let w = Watch::new(Promote::default());
         let at = (1..=2 * WINDOW_READS).find(|i| w.read(((i / 2) % 2) as u8, 32 * 1024));
         assert_eq!(at, Some(BULK_WINDOW_READS), "bulk turns: the short window");
+    }
+
+    #[test]
+    fn the_only_flow_of_its_worker_taking_turns_is_promoted_after_a_short_window() {
+        let w = Watch::new(Promote::default());
+        // Just started: not yet alone for long enough.
+        let early = (1..=ALONE_WINDOW_READS).find(|i| w.read((i % 2) as u8, 20));
+        assert_eq!(early, None, "the worker started a flow just now");
+        std::thread::sleep(ALONE_QUIET);
+        assert!(
+            w.read(1, 20),
+            "alone for ALONE_QUIET, past the short window"
+        );
+        // Once a second flow arrives, the long window applies again.
+        let other = Watch::new(Promote::default());
+        let at = (1..=2 * WINDOW_READS).find(|i| w.read((i % 2) as u8, 20));
+        assert_eq!(at, Some(WINDOW_READS));
+        drop(other);
+    }
+
+    #[test]
+    fn the_only_flow_streaming_one_way_is_not_promoted() {
+        let w = Watch::new(Promote::default());
+        for _ in 0..4 * WINDOW_READS {
+            assert!(!w.read(0, 200), "no turns, no promotion");
+        }
     }
 
     #[test]
