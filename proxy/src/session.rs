@@ -684,7 +684,7 @@ fn choose_plan(state: &Runtime, fe: &Frontend, be: &Backend) -> Plan {
         ForwardMode::Sockmap => Plan::Fixed(Mode::Sockmap),
         ForwardMode::Auto if fe.splice.any() || be.splice.any() => Plan::Fixed(Mode::Splice),
         ForwardMode::Auto => Plan::Auto(state.forwarding.kernel.as_ref().map(|_| Promote {
-            bytes: handoff::promote::bulk_bytes(state.config.global.sockmap_promote_bytes),
+            bytes: state.config.global.sockmap_promote_bytes,
         })),
     }
 }

@@ -176,8 +176,8 @@ pub struct Global {
     /// flow may hold in the kernel before it is paused; `None` = default (8 MiB).
     pub sockmap_max_inflight: Option<usize>,
     /// `tune.sockmap.promote-bytes`: bytes a bulk flow moves in userspace
-    /// before `auto` promotes it to the kernel; `None` = default (1 MiB,
-    /// `handoff::promote::PROMOTE_BYTES`), `Some(0)` = never.
+    /// before `auto` promotes it to the kernel; `None` = default (never:
+    /// bulk flows stay in userspace, see `handoff::promote`).
     pub sockmap_promote_bytes: Option<u64>,
     /// `maxpipes`; default maxconn / 4 as HAProxy.
     pub maxpipes: usize,

@@ -19,22 +19,27 @@
 //! flows are busy, and it gains nothing on one bulk stream a thread keeps
 //! up with. So a flow is promoted on one of two kinds of evidence:
 //!
-//! - **an elephant among others**: it has moved [`PROMOTE_BYTES`] (or
-//!   `tune.sockmap.promote-bytes`) in userspace in reads of [`BULK_READ`]
+//! - **an elephant among others**, only with `tune.sockmap.promote-bytes`:
+//!   it has moved [`Promote::bytes`] in userspace in reads of [`BULK_READ`]
 //!   bytes on average or more (a bulk transfer, not a long-lived connection
 //!   of small requests) while the worker's other flows make at least a
-//!   quarter of its reads (4 bulk streams; not one stream alone: one thread
-//!   keeps up with one stream, and the kernel path moves a single stream
-//!   slower, its psock backlog sharing the sender's CPU with the load).
-//!   Measured 2026-12-04 (quiet host, steal under 1 %, 4 iperf3 streams
-//!   through `nbthread 1`, 2 interleaved rounds of 5 s): promoting moved
-//!   18.4-18.9 Gbit/s at 0.13-0.15 s/GB of proxy CPU, forced sockmap
-//!   18.3-18.9, copying 15.8-15.9 at 0.27, HAProxy 13.8-15.0 at 0.50-0.54;
-//!   one stream: copy 17.2-18.6, sockmap 14.9-16.7 Gbit/s. On a noisy host
-//!   the order of 4 streams can turn (2026-12-03, steal to 18 %: copy 10.5
-//!   against sockmap 7.1 Gbit/s), because a promoted stream faster than its
-//!   receiver pauses (see "Backpressure" in `sockmap`) and its bytes come
-//!   back through userspace; `tune.sockmap.promote-bytes 0` turns this off.
+//!   quarter of its reads (4 bulk streams; not one stream alone). Off by
+//!   default since userspace keeps up: on 2026-12-03 (2 rounds, 4 iperf3
+//!   streams through `nbthread 1`) copying moved 14.9 Gbit/s against
+//!   sockmap's 11.3; and with splice, whose pipe grows to 1 MiB (`pool`), on
+//!   2026-12-02, quiet host, 3 interleaved rounds, 4 iperf3 streams
+//!   through `nbthread 1`, splice moved 15.4 Gbit/s at 0.28 s/GB of proxy
+//!   CPU against sockmap's 13.7 at 0.18, and `auto` promoting the 4 streams
+//!   fell to 7.4–13.1 Gbit/s at up to 1.07 s/GB: a fast stream outruns its
+//!   receiver, the flow pauses (see "Backpressure" in `sockmap`) and its
+//!   bytes come back through userspace. One stream: splice 14.0, sockmap
+//!   7.9 Gbit/s. Tried again on 2026-12-04 with 1 MiB as the default: alone
+//!   on a quiet host 4 streams moved 18.4-18.9 Gbit/s promoted against
+//!   copying's 15.8-15.9 (2 rounds), but in `cargo xtask bench`'s 5 rounds
+//!   the same hour 14.2 against copy's 16.0 (forced sockmap 13.5) at no less
+//!   proxy CPU per GB (0.28 against 0.25 s/GB): 4 streams through one thread
+//!   are bimodal here (copy 15.7 or 19.1, sockmap 13.6 or 19.0 in back to
+//!   back runs), and the kernel path pauses more in the slow mode.
 //! - **the worker's one busy flow, taking turns**: of the last
 //!   [`WINDOW_READS`] userspace reads of this flow, the worker's other flows
 //!   did fewer than a third as many ([`DOMINANT_NUM`]/[`DOMINANT_DEN`]), and
@@ -112,29 +117,12 @@ pub const PARK_LIMIT: std::time::Duration = std::time::Duration::from_millis(20)
 /// again from scratch).
 pub const MAX_PROMOTE_ATTEMPTS: u32 = 4;
 
-/// Bytes a bulk flow moves in userspace before it is an elephant, unless
-/// `tune.sockmap.promote-bytes` says otherwise: at the 4 streams' ~4.5 Gbit/s
-/// each, 2 ms of userspace forwarding, so the insertion (about 60 us of the
-/// worker, `connect` in BENCHMARKS.md: sockmap against copy) is paid once per
-/// 1 MiB at most, and a transfer smaller than that never pays it.
-pub const PROMOTE_BYTES: u64 = 1 << 20;
-
-/// The elephant threshold of `tune.sockmap.promote-bytes` (`None`: unset),
-/// where 0 means never.
-pub fn bulk_bytes(configured: Option<u64>) -> Option<u64> {
-    match configured {
-        None => Some(PROMOTE_BYTES),
-        Some(0) => None,
-        Some(n) => Some(n),
-    }
-}
-
 /// How `auto` promotes (`None` where the mode is forced).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Promote {
     /// Bytes moved in userspace (both directions) that make a bulk flow an
-    /// elephant ([`bulk_bytes`]); `None`: bulk flows stay in userspace, only
-    /// turn-taking flows are promoted.
+    /// elephant, `tune.sockmap.promote-bytes`; `None` (its default): bulk
+    /// flows stay in userspace, only turn-taking flows are promoted.
     pub bytes: Option<u64>,
 }
 
@@ -284,14 +272,7 @@ mod tests {
     }
 
     #[test]
-    fn the_threshold_defaults_to_promote_bytes_and_zero_turns_it_off() {
-        assert_eq!(bulk_bytes(None), Some(PROMOTE_BYTES));
-        assert_eq!(bulk_bytes(Some(0)), None);
-        assert_eq!(bulk_bytes(Some(65536)), Some(65536));
-    }
-
-    #[test]
-    fn without_a_threshold_no_bulk_flow_is_an_elephant() {
+    fn by_default_no_bulk_flow_is_an_elephant() {
         let w = Watch::new(Promote::default());
         for _ in 0..4 * WINDOW_READS {
             others_read(3);
