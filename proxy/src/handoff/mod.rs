@@ -100,6 +100,22 @@ impl Mode {
     }
 }
 
+/// Whether a userspace flow's directions splice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Splicing {
+    /// Copy through a userspace buffer.
+    No,
+    /// Splice through a pipe (`forward-mode splice`, `option splice-*`).
+    Yes,
+    /// `auto`: splice while messages are small, and copy from the first read
+    /// that fills the pipe (see [`splice::Exit::Bulk`]). 2026-12-04, quiet
+    /// host, 3 interleaved rounds of `cargo xtask bench`: redis -c50 through
+    /// splice 99.8k requests/s against copy's 93.3k (HAProxy 93.2k; 5 rounds
+    /// before: 100.3k against 92.7k), while one iperf3 stream copies at 19.1
+    /// Gbit/s and splices at 15.1; this moved 100.6k and 18.6.
+    UntilBulk,
+}
+
 /// How a flow is to be forwarded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plan {
@@ -107,10 +123,9 @@ pub enum Plan {
     /// a proxy asks for splice). Splice takes a pipe only while bytes move
     /// and copies when the pool has none.
     Fixed(Mode),
-    /// `forward-mode auto`: copy (the fastest userspace mode for bulk and
-    /// small exchanges alike: see BENCHMARKS.md and `copy::COPY_BUF_SIZE`);
-    /// with `Some`, promoted to the kernel once the flow shows it pays (see
-    /// `promote`).
+    /// `forward-mode auto`: splice while messages are small, copy from the
+    /// first read that fills the pipe ([`Splicing::UntilBulk`]); with `Some`,
+    /// promoted to the kernel once the flow shows it pays (see `promote`).
     Auto(Option<Promote>),
 }
 
@@ -314,7 +329,11 @@ pub fn forward<'a>(
                     KernelEnd::HandedOver => handed_over(&flow),
                 };
             }
-            let splice = mode == Mode::Splice;
+            let splice = match mode {
+                Mode::Splice => Splicing::Yes,
+                _ if auto => Splicing::UntilBulk,
+                _ => Splicing::No,
+            };
             // Boxed like the kernel stage: the flow's own future keeps only what
             // both stages share, and each flow holds the room of the stage it is in.
             let driven = Box::pin(userspace(
@@ -329,7 +348,7 @@ pub fn forward<'a>(
             .await;
             match driven {
                 Driven::End(end) => {
-                    let used = if splice && !flow.fell_back.get() {
+                    let used = if splice != Splicing::No && !flow.fell_back.get() {
                         Mode::Splice
                     } else {
                         Mode::Copy
@@ -359,7 +378,7 @@ fn userspace<'a, 'm>(
     client: &'a TcpStream,
     server: &'a TcpStream,
     pending: Vec<u8>,
-    splice: bool,
+    splice: Splicing,
     timeouts: &'a FlowTimeouts,
 ) -> impl Future<Output = Driven> + use<'a, 'm> {
     async move {
@@ -671,16 +690,17 @@ fn direction<'a, 'm>(
     to: &'a TcpStream,
     initial: Vec<u8>,
     pool: &'a PipePool,
-    splice: bool,
+    splice: Splicing,
 ) -> impl Future<Output = Result<(), DirError>> + use<'a, 'm> {
     async move {
         copy::write_all(flow, dir, to, &initial).await?;
         drop(initial);
-        if splice {
+        if splice != Splicing::No {
+            let until_bulk = splice == Splicing::UntilBulk;
             let rest = {
                 let mut lease = Lease::lazy(pool);
                 loop {
-                    match splice::run(flow, dir, from, to, &mut lease).await? {
+                    match splice::run(flow, dir, from, to, &mut lease, until_bulk).await? {
                         splice::Exit::Done => return Ok(()),
                         splice::Exit::ReadDry => {
                             // Boxed, as in `copy::run`.
@@ -688,7 +708,7 @@ fn direction<'a, 'm>(
                                 return Ok(());
                             }
                         }
-                        splice::Exit::Fallback => {
+                        splice::Exit::Fallback | splice::Exit::Bulk => {
                             flow.fell_back.set(true);
                             // The pipe is empty afterwards, and goes back
                             // (the lease's scope ends) before copying.

@@ -1027,7 +1027,7 @@ async fn the_userspace_stage_stays_small() {
         &r.proxy_client,
         &r.proxy_server,
         Vec::new(),
-        false,
+        Splicing::UntilBulk,
         &t,
     );
     let n = std::mem::size_of_val(&stage);
@@ -1036,4 +1036,80 @@ async fn the_userspace_stage_stays_small() {
         n <= USERSPACE_FUTURE_MAX,
         "the userspace stage's future is {n} B, more than {USERSPACE_FUTURE_MAX} B"
     );
+}
+
+/// `auto` without BPF (`Plan::Auto(None)`): small request/response turns
+/// are spliced; a bulk burst in the middle of the flow fills the pipe and
+/// the direction goes on copying, with the pipe's bytes drained first.
+/// Every byte arrives once and in order, both ways.
+#[tokio::test(flavor = "current_thread")]
+async fn auto_splices_small_turns_and_copies_from_the_first_bulk_read() {
+    for bulk in [false, true] {
+        let pool = Forwarding::userspace(PipePool::new(None, 8));
+        let r = rig().await;
+        let (mut cr, mut cw) = r.client.into_split();
+        let (mut sr, mut sw) = r.server.into_split();
+        let big = if bulk { 8 << 20 } else { 0 };
+        let up: Vec<u8> = pattern(7).into_iter().cycle().take(20_000 + big).collect();
+        let down = pattern(8);
+        // 200 turns of 100-byte requests and 300-byte responses, then (if
+        // `bulk`) 8 MiB upward while the server keeps answering, then EOF.
+        let client = async {
+            let mut off = 0;
+            let mut back = vec![0u8; 300];
+            for i in 0..200 {
+                cw.write_all(&up[off..off + 100]).await.unwrap();
+                off += 100;
+                cr.read_exact(&mut back).await.unwrap();
+                assert_eq!(back, &down[i * 300..(i + 1) * 300], "turn {i}");
+            }
+            let tail = async {
+                for chunk in up[off..].chunks(100_000) {
+                    cw.write_all(chunk).await.unwrap();
+                }
+                cw.shutdown().await.unwrap();
+            };
+            let rest = async {
+                let mut got = Vec::new();
+                cr.read_to_end(&mut got).await.unwrap();
+                got
+            };
+            let ((), got) = tokio::join!(tail, rest);
+            assert_eq!(got, &down[60_000..60_000 + 4000], "the server's last words");
+        };
+        let server = async {
+            let mut got = vec![0u8; 100];
+            for i in 0..200 {
+                sr.read_exact(&mut got).await.unwrap();
+                assert_eq!(got, &up[i * 100..(i + 1) * 100], "request {i}");
+                sw.write_all(&down[i * 300..(i + 1) * 300]).await.unwrap();
+            }
+            sw.write_all(&down[60_000..64_000]).await.unwrap();
+            sw.shutdown().await.unwrap();
+            let mut rest = Vec::new();
+            sr.read_to_end(&mut rest).await.unwrap();
+            assert_eq!(rest.len(), big, "bulk length");
+            assert!(rest == up[20_000..], "the bulk, byte-exact");
+        };
+        let m = Counting::default();
+        let t = FlowTimeouts::default();
+        let (out, (), ()) = tokio::join!(
+            forward(
+                &pool,
+                r.proxy_client,
+                r.proxy_server,
+                Vec::new(),
+                Plan::Auto(None),
+                t,
+                &m
+            ),
+            client,
+            server
+        );
+        assert!(matches!(out.end, End::Done), "{:?}", out.end);
+        assert_eq!(out.to_server, 20_000 + big as u64);
+        assert_eq!(out.to_client, 64_000);
+        let want = if bulk { Mode::Copy } else { Mode::Splice };
+        assert_eq!(out.mode, want, "bulk {bulk}");
+    }
 }
