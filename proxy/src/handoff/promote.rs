@@ -93,8 +93,10 @@ pub const ALONE_WINDOW_READS: u32 = 32;
 /// How long a worker must have started no other flow before its only flow
 /// counts as alone: many clients that connect at once are accepted and
 /// started over a few milliseconds, and the first of them must not look
-/// alone meanwhile (`tests/promotion.rs`, 16 busy clients released together:
-/// without it one was promoted in 1 run of 3 beside the other tests).
+/// alone meanwhile. A precaution, not a measured failure (the promotions
+/// seen in `tests/promotion.rs` while this was tried came from the
+/// 256-read window, see [`WINDOW_READS`]); it costs redis -c1 10 ms of
+/// userspace round trips.
 pub const ALONE_QUIET: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A flow with at least DOMINANT_NUM/DOMINANT_DEN of its worker's reads in
@@ -130,9 +132,6 @@ thread_local! {
     /// Userspace reads this worker made, all flows: the denominator of a
     /// flow's share (per thread, as the executor it measures).
     static WORKER_READS: Cell<u64> = const { Cell::new(0) };
-}
-
-thread_local! {
     /// `auto` flows this worker holds (each one's `Watch` is alive).
     static WORKER_FLOWS: Cell<u32> = const { Cell::new(0) };
     /// When this worker last started an `auto` flow.
