@@ -926,17 +926,20 @@ pub fn run(
         let mut inspect = Inspect::default();
         let delay = fe.timeouts.inspect_delay;
         let rules = &fe.tcp_content;
-        if Box::pin(content_rules(
-            &state,
-            &mut tracker,
-            rules,
-            delay,
-            (peer, dst),
-            client.tcp(),
-            &mut inspect,
-        ))
-        .await
-            == ContentAction::Reject
+        // Boxed only where there are rules: most flows have none, and the
+        // call would allocate for nothing.
+        if !rules.is_empty()
+            && Box::pin(content_rules(
+                &state,
+                &mut tracker,
+                rules,
+                delay,
+                (peer, dst),
+                client.tcp(),
+                &mut inspect,
+            ))
+            .await
+                == ContentAction::Reject
         {
             // As HAProxy: the frontend's `dreq`, logged `PR` (`<NOSRV>`).
             tracing::debug!(frontend = %fe.name, %peer, "rejected by tcp-request content");
@@ -976,17 +979,20 @@ pub fn run(
         } else {
             &be.tcp_content
         };
-        if Box::pin(content_rules(
-            &state,
-            &mut tracker,
-            rules,
-            delay,
-            (peer, dst),
-            client.tcp(),
-            &mut inspect,
-        ))
-        .await
-            == ContentAction::Reject
+        // Boxed only where there are rules: most flows have none, and the
+        // call would allocate for nothing.
+        if !rules.is_empty()
+            && Box::pin(content_rules(
+                &state,
+                &mut tracker,
+                rules,
+                delay,
+                (peer, dst),
+                client.tcp(),
+                &mut inspect,
+            ))
+            .await
+                == ContentAction::Reject
         {
             // HAProxy counts it in the frontend's `dreq` only.
             tracing::debug!(backend = %be.name, %peer, "rejected by tcp-request content");
