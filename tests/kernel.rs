@@ -517,10 +517,13 @@ fn no_leaks_after_10000_flows() {
     assert!(info(&shunt, "SockmapFlows") > 0);
     assert_eq!(info(&shunt, "SockhashEntries"), 0, "SOCKHASH empty");
     assert_eq!(info(&shunt, "SockmapFlowEntries"), 0, "flow map empty");
+    // Each worker opens its sockmap watch (one epoll fd, `handoff::sockmap::watch`)
+    // on its first kernel flow, which the warm-up may not have given both.
+    let watches = 2;
     eventually(
         "fd count back to its baseline",
         Duration::from_secs(10),
-        || fd_count(shunt.pid()) - pipe_fds(&shunt) <= baseline,
+        || fd_count(shunt.pid()) - pipe_fds(&shunt) <= baseline + watches,
     );
 }
 

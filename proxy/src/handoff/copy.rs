@@ -72,7 +72,7 @@ pub fn write_all<'a, 'm>(
 }
 
 /// Propagates EOF: SHUT_WR on `to`, and marks both sockets half-closed.
-pub fn propagate_eof(flow: &Flow<'_>, dir: Dir, to: &TcpStream) -> Result<(), DirError> {
+pub fn propagate_eof(flow: &Flow<'_>, dir: Dir, to: &impl AsFd) -> Result<(), DirError> {
     sock::shutdown_write(to.as_fd()).map_err(|e| DirError::new(dir.to, e))?;
     flow.shut(dir.to);
     Ok(())

@@ -28,7 +28,7 @@ pub mod tls;
 
 use std::future::Future;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::{pin, Pin};
 use std::time::Duration;
 
@@ -312,20 +312,18 @@ pub fn forward<'a>(
                 if promoted.is_some() {
                     meter.promoted();
                 }
-                // Boxed: see `userspace` below.
+                // Boxed: see `userspace` below. The sockets go with it.
                 let kernel = Box::pin(run_kernel(
                     &flow,
-                    &client,
-                    &server,
+                    client,
+                    server,
                     ins,
                     st,
                     &timeouts,
                     (0, 0),
                 ));
                 return match kernel.await {
-                    KernelEnd::Ended(end) => {
-                        finish(&flow, &client, &server, Mode::Sockmap, end, promoted)
-                    }
+                    KernelEnd::Ended(end) => outcome(&flow, Mode::Sockmap, end, promoted),
                     KernelEnd::HandedOver => handed_over(&flow),
                 };
             }
@@ -478,14 +476,27 @@ async fn insert_kernel(
 #[allow(clippy::manual_async_fn)]
 fn run_kernel<'a, 'm>(
     flow: &'a Flow<'m>,
-    client: &'a TcpStream,
-    server: &'a TcpStream,
+    client: TcpStream,
+    server: TcpStream,
     ins: sockmap::Inserted,
     st: [sockmap::DirState; 2],
     timeouts: &'a FlowTimeouts,
     prior: (u64, u64),
 ) -> impl Future<Output = KernelEnd> + use<'a, 'm> {
     async move {
+        // Out of the runtime's epoll, into the worker's watch (`sockmap::watch`:
+        // no wake-up per redirected segment). Declared before `ins`, so they
+        // close after its drop has deleted the map entries.
+        let socks = sockmap::KSock::new(client).and_then(|c| Ok((c, sockmap::KSock::new(server)?)));
+        let (client, server) = match socks {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch a kernel flow's sockets: closing it");
+                drop(ins);
+                return KernelEnd::Ended(End::internal(e));
+            }
+        };
+        let (client, server) = (&client, &server);
         let kernel = ins.kernel().clone();
         let mut member = kernel.handover().join();
         let end = loop {
@@ -543,6 +554,7 @@ fn run_kernel<'a, 'm>(
         // Dropping `ins` deletes both SOCKHASH keys and flow entries before the
         // sockets close.
         drop(ins);
+        reset_peer(&end, client.as_fd(), server.as_fd());
         KernelEnd::Ended(end)
     }
 }
@@ -553,8 +565,8 @@ fn run_kernel<'a, 'm>(
 /// builds is never part of the flow's future.
 fn hand_over(
     flow: &Flow<'_>,
-    client: &TcpStream,
-    server: &TcpStream,
+    client: &sockmap::KSock,
+    server: &sockmap::KSock,
     ins: &sockmap::Inserted,
     st: &[sockmap::DirState; 2],
     prior: (u64, u64),
@@ -624,9 +636,9 @@ pub async fn resume(
         sockmap::DirState::from_snapshot(c2s),
         sockmap::DirState::from_snapshot(s2c),
     ];
-    let end = run_kernel(&flow, &client, &server, ins, st, &timeouts, prior).await;
+    let end = run_kernel(&flow, client, server, ins, st, &timeouts, prior).await;
     let mut out = match end {
-        KernelEnd::Ended(end) => finish(&flow, &client, &server, Mode::Sockmap, end, None),
+        KernelEnd::Ended(end) => outcome(&flow, Mode::Sockmap, end, None),
         KernelEnd::HandedOver => handed_over(&flow),
     };
     out.to_server += prior.0;
@@ -655,18 +667,30 @@ fn finish(
     end: End,
     promoted: Option<std::time::Duration>,
 ) -> Outcome {
-    // One side reset: reset the other too (SO_LINGER {on,0}, then the drop
-    // below closes it with RST).
-    let reset_peer = match end {
-        End::ClientReset => Some(server),
-        End::ServerReset => Some(client),
-        _ => None,
+    reset_peer(&end, client.as_fd(), server.as_fd());
+    outcome(flow, used, end, promoted)
+}
+
+/// One side reset: reset the other too (SO_LINGER {on,0}; closing it, which
+/// the caller's drop does, then sends RST).
+fn reset_peer(end: &End, client: BorrowedFd<'_>, server: BorrowedFd<'_>) {
+    let peer = match end {
+        End::ClientReset => server,
+        End::ServerReset => client,
+        _ => return,
     };
-    if let Some(s) = reset_peer {
-        if let Err(e) = sock::set_linger_reset(s.as_fd()) {
-            tracing::debug!(error = %e, "SO_LINGER reset failed");
-        }
+    if let Err(e) = sock::set_linger_reset(peer) {
+        tracing::debug!(error = %e, "SO_LINGER reset failed");
     }
+}
+
+/// A flow's outcome, its sockets dealt with.
+fn outcome(
+    flow: &Flow<'_>,
+    used: Mode,
+    end: End,
+    promoted: Option<std::time::Duration>,
+) -> Outcome {
     Outcome {
         to_server: flow.to_server(),
         to_client: flow.to_client(),

@@ -55,6 +55,11 @@
 //!   [`Snapshot`]; the argument that this loses, repeats and reorders nothing
 //!   is "Hand-over" in `crate::reload`.
 //!
+//! * **Wake-ups.** The pair's sockets wait in the worker's own epoll
+//!   (`watch`), not the runtime's; a direction's reader listens for readable
+//!   bytes only while the verdict may pass it some (`quiet_if_steady`, and the
+//!   tick's check in [`Ticker::tick`]). FIN, errors and resets always wake it.
+//!
 //! # Backpressure
 //! A redirect consumes the source's receive queue, so TCP flow control stops
 //! working. Userspace measures the bytes the flow holds in the kernel per
@@ -79,10 +84,12 @@ use crate::sys::sock::{self, SendState};
 
 mod handover;
 mod kernel;
+mod watch;
 
 pub(crate) use handover::Member;
 pub use handover::Registry;
 pub use kernel::{Kernel, KernelInfo, DEFAULT_MAX_INFLIGHT, MIN_MAX_INFLIGHT};
+pub(crate) use watch::KSock;
 
 /// Userspace buffer for passed bytes (bounded: the rest waits in the kernel,
 /// where it closes the source's receive window). Taken by a direction only when
@@ -303,11 +310,17 @@ impl Inserted {
     }
 
     /// Log both directions' kernel and socket state (abnormal ends only).
-    pub fn debug_state(&self, client: &TcpStream, server: &TcpStream) {
+    pub(crate) fn debug_state(&self, client: &KSock, server: &KSock) {
         for (side, s) in [(Side::Client, client), (Side::Server, server)] {
             let mut inq: libc::c_int = 0;
             // SAFETY: FIONREAD writes one c_int into `inq`; the fd is open.
-            unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(s), libc::FIONREAD, &mut inq) };
+            unsafe {
+                libc::ioctl(
+                    std::os::fd::AsRawFd::as_raw_fd(&s.as_fd()),
+                    libc::FIONREAD,
+                    &mut inq,
+                )
+            };
             tracing::debug!(
                 ?side,
                 stats = ?self.kernel.bpf().stats(self.cookie(side)).ok(),
@@ -524,7 +537,7 @@ impl Inserted {
 }
 
 /// Sent-to-`to` progress since the baseline.
-fn progress(ins: &Inserted, dir: Dir, to: &TcpStream) -> Result<SendState, DirError> {
+fn progress(ins: &Inserted, dir: Dir, to: &KSock) -> Result<SendState, DirError> {
     let now = sock::send_state(to.as_fd()).map_err(|e| DirError::new(dir.to, e))?;
     let base = ins.base(dir.to);
     Ok(SendState {
@@ -540,7 +553,7 @@ async fn drain(
     flow: &Flow<'_>,
     ins: &Inserted,
     dir: Dir,
-    to: &TcpStream,
+    to: &KSock,
     st: &DirState,
 ) -> Result<(), DirError> {
     loop {
@@ -565,7 +578,7 @@ async fn drain(
 fn regulate(
     ins: &Inserted,
     dir: Dir,
-    to: &TcpStream,
+    to: &KSock,
     st: &DirState,
     redirected: u64,
 ) -> Result<(), DirError> {
@@ -588,7 +601,7 @@ fn regulate(
 /// At EOF, compare what the verdict saw and what entered the peer's send
 /// queue with what TCP received: any difference is a kernel-side duplicate
 /// or loss, reported loudly (it never happened by design of this module).
-fn check_totals(ins: &Inserted, dir: Dir, from: &TcpStream, to: &TcpStream, st: &DirState) {
+fn check_totals(ins: &Inserted, dir: Dir, from: &KSock, to: &KSock, st: &DirState) {
     // Everything the source ever received goes through the verdict but what
     // userspace forwarded before insertion; minus one for the FIN.
     // (`pre_read` is an upper estimate, good for `verdict_behind`'s bound,
@@ -644,7 +657,7 @@ fn verdict_behind(
     ins: &Inserted,
     flow: &Flow<'_>,
     dir: Dir,
-    from: &TcpStream,
+    from: &KSock,
     st: &DirState,
 ) -> Result<bool, DirError> {
     let not_through_verdict = ins
@@ -677,7 +690,7 @@ enum Passed {
 /// partly there would later meet the verdict whole and be sent twice. EOF
 /// and unprocessed bytes are told apart with a peek, which consumes nothing.
 /// `WouldBlock` when there is nothing at all (so readiness is cleared).
-fn read_passed(from: &TcpStream, buf: &mut Vec<u8>) -> io::Result<Passed> {
+fn read_passed(from: &KSock, buf: &mut Vec<u8>) -> io::Result<Passed> {
     let fd = from.as_fd();
     let queued = sock::inq(fd)?;
     if queued > 0 {
@@ -705,7 +718,7 @@ async fn forward_unsent(
     flow: &Flow<'_>,
     ins: &Inserted,
     dir: Dir,
-    to: &TcpStream,
+    to: &KSock,
     st: &DirState,
 ) -> Result<(), DirError> {
     drain(flow, ins, dir, to, st).await?;
@@ -725,7 +738,8 @@ async fn forward_unsent(
                 flow.wrote(dir.to, n);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                copy::write_ready(to)
+                to.watch()
+                    .writable()
                     .await
                     .map_err(|e| DirError::new(dir.to, e))?;
             }
@@ -754,8 +768,8 @@ pub(crate) async fn run(
     flow: &Flow<'_>,
     ins: &Inserted,
     dir: Dir,
-    from: &TcpStream,
-    to: &TcpStream,
+    from: &KSock,
+    to: &KSock,
     st: &DirState,
 ) -> Result<(), DirError> {
     if st.done.get() {
@@ -773,13 +787,8 @@ pub(crate) async fn run(
             continue;
         }
         // The counters and the bound are the flow's tick's ([`Ticker`]).
-        copy::read_ready(from)
-            .await
-            .map_err(|e| DirError::new(dir.from, e))?;
-        let got = from.try_io(tokio::io::Interest::READABLE, || {
-            read_passed(from, &mut buf)
-        });
-        match got {
+        // Read first, wait only on `WouldBlock`: the watch is edge-triggered.
+        match read_passed(from, &mut buf) {
             Ok(Passed::Eof) => {
                 // EOF can be visible before the last passed bytes: a
                 // passed segment queues behind the psock's backlog and
@@ -859,10 +868,58 @@ pub(crate) async fn run(
                 }
                 st.read.set(at + n as u64);
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // Nothing to read: the psock signals every segment its
+                // verdict takes, redirected ones too (see `watch`). Bytes
+                // move, so the tick is the fast one; and a direction in its
+                // steady state stops listening for data.
+                st.activate(flow);
+                quiet_if_steady(flow, ins, dir, from, st)?;
+                from.watch().readable().await;
+            }
             Err(e) => return Err(DirError::new(dir.from, e)),
         }
     }
+}
+
+/// Whether the kernel may redirect at least half the bound more from this
+/// direction before it passes a segment for exceeding it.
+fn roomy(ins: &Inserted, ctl: FlowCtl, redirected: u64) -> bool {
+    ctl.redirect_limit.saturating_sub(redirected) >= (ins.kernel.max_inflight() / 2) as u64
+}
+
+/// Stop waking the direction's reader for readable bytes when the verdict
+/// has nothing to pass it: ready, not paused, every passed byte read and
+/// acknowledged, and room under the bound. From then on a FIN, an error or
+/// the tick wakes it: the tick listens again as soon as it sees passed
+/// bytes, the room shrink below half, or the flow go idle (the first byte
+/// after a pause then wakes the direction and the fast tick with it).
+fn quiet_if_steady(
+    flow: &Flow<'_>,
+    ins: &Inserted,
+    dir: Dir,
+    from: &KSock,
+    st: &DirState,
+) -> Result<(), DirError> {
+    if !from.watch().wants_data() {
+        return Ok(());
+    }
+    let ctl = st.ctl.get();
+    if ctl.ready == 0 || ctl.paused != 0 || ctl.passed_ack != st.read.get() {
+        return Ok(());
+    }
+    if !st.unsent.borrow().is_empty() || passed(ins, dir)? != st.read.get() {
+        return Ok(());
+    }
+    let redirected = ins
+        .account(flow, dir)
+        .map_err(|e| DirError::new(dir.from, e))?;
+    if roomy(ins, ctl, redirected) {
+        from.watch()
+            .want_data(false)
+            .map_err(|e| DirError::new(dir.from, e))?;
+    }
+    Ok(())
 }
 
 /// One [`DRAIN_POLL`] wait, boxed: rare, and not every idle flow's room.
@@ -877,8 +934,8 @@ async fn pause() {
 pub(crate) struct Ticker<'a, 'm> {
     pub flow: &'a Flow<'m>,
     pub ins: &'a Inserted,
-    pub client: &'a TcpStream,
-    pub server: &'a TcpStream,
+    pub client: &'a KSock,
+    pub server: &'a KSock,
     pub st: &'a [DirState; 2],
 }
 
@@ -898,10 +955,20 @@ impl Ticker<'_, '_> {
     /// One tick over both directions.
     pub(crate) fn tick(&self) -> Result<(), DirError> {
         let dirs = [
-            (super::flow::CLIENT_TO_SERVER, self.server, &self.st[0]),
-            (super::flow::SERVER_TO_CLIENT, self.client, &self.st[1]),
+            (
+                super::flow::CLIENT_TO_SERVER,
+                self.client,
+                self.server,
+                &self.st[0],
+            ),
+            (
+                super::flow::SERVER_TO_CLIENT,
+                self.server,
+                self.client,
+                &self.st[1],
+            ),
         ];
-        for (dir, to, st) in dirs {
+        for (dir, from, to, st) in dirs {
             if st.done.get() {
                 continue;
             }
@@ -924,6 +991,17 @@ impl Ticker<'_, '_> {
                     st.tick_ms
                         .set(st.tick_ms.get().saturating_mul(2).min(TICK_IDLE_MS));
                 }
+            }
+            // A quiet reader (`quiet_if_steady`) listens again before the
+            // verdict needs it to, or before the tick slows down.
+            if !from.watch().wants_data()
+                && (passing
+                    || !roomy(ins, st.ctl.get(), redirected)
+                    || st.idle_ticks.get() >= IDLE_TICKS_BEFORE_BACKOFF)
+            {
+                from.watch()
+                    .want_data(true)
+                    .map_err(|e| DirError::new(dir.from, e))?;
             }
         }
         Ok(())
