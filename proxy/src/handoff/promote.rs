@@ -76,8 +76,13 @@ pub const WINDOW_READS: u32 = 1024;
 /// 32 KiB reads) moves ~1 MiB in it, which amortises the insertion, and is
 /// forwarded at a quarter of the kernel's pace until promoted: with the
 /// 512-read window 1000 echoes ran at 0.76x of forced sockmap (2026-12-03,
-/// 2 rounds), with 32 at 1.00x (3 rounds).
-pub const BULK_WINDOW_READS: u32 = 32;
+/// 2 rounds), with 32 at 1.00x (3 rounds). Once kernel flows stopped waking
+/// their worker the kernel's echo went from 33 to 21 µs, and the userspace
+/// echoes before promotion (about 150 µs each) weigh more: 2026-12-04, 32
+/// reads 0.951-0.957x (2 rounds), 16 reads 0.962-0.969x (3 rounds). Not
+/// fewer: a flow must turn twice in the window (`TURN_EVERY`), so a request
+/// followed by a download (one turn) is never judged turn-taking.
+pub const BULK_WINDOW_READS: u32 = 16;
 
 /// The window of a flow that is the only `auto` flow its worker holds: with
 /// no other flow there is nothing to tell it apart from, and its every
