@@ -583,9 +583,10 @@ async fn connect_server_tls(
     opts: ConnectOpts,
     header: Option<&Encoded>,
     client: (&Stream, Option<Duration>),
-) -> Result<Stream, ConnectError> {
-    let conn = connect_server(rt, timeout, opts, header).await?;
-    connect_tls(tc, conn, client.0, client.1, timeout).await
+) -> Result<(Stream, SocketAddr), ConnectError> {
+    let (conn, addr) = connect_server(rt, timeout, opts, header).await?;
+    let tls = connect_tls(tc, conn, addr, client.0, client.1, timeout).await?;
+    Ok((tls, addr))
 }
 
 /// Open TLS on `conn`, a fresh connection to a `server ... ssl`, within the
@@ -594,14 +595,11 @@ async fn connect_server_tls(
 async fn connect_tls(
     tc: &crate::tls::Connector,
     conn: TcpStream,
+    addr: SocketAddr,
     client: &Stream,
     inspect_delay: Option<Duration>,
     timeout: Option<Duration>,
 ) -> Result<Stream, ConnectError> {
-    let addr = conn.peer_addr().map_err(|source| ConnectError::Internal {
-        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
-        source,
-    })?;
     let sni = match tc.settings.sni {
         Some(crate::config::SniExpr::Client) => client_sni(client, inspect_delay).await,
         _ => None,
@@ -701,12 +699,15 @@ fn choose_plan(state: &Runtime, fe: &Frontend, be: &Backend) -> Plan {
 /// this flow's client (the rule for pools and `send-proxy`). A spare that
 /// cannot take it is dropped for a fresh connect; a fresh one that cannot is
 /// a failed connect (`ConnectError::Server`), retried as one.
+///
+/// Returned with the address the connection was made to, which `show sess`
+/// and the TLS server name use (no getpeername per flow).
 async fn connect_server(
     rt: &crate::lb::ServerRt,
     timeout: Option<Duration>,
     opts: ConnectOpts,
     header: Option<&Encoded>,
-) -> Result<TcpStream, ConnectError> {
+) -> Result<(TcpStream, SocketAddr), ConnectError> {
     let addr = rt.addr();
     if rt.pool.enabled() {
         let tid = crate::scheduler::try_thread_id().unwrap_or(0);
@@ -716,7 +717,7 @@ async fn connect_server(
         if let Some(sock) = spare {
             match TcpStream::from_std(sock) {
                 Ok(mut s) => match write_header(&mut s, header, timeout).await {
-                    Ok(()) => return Ok(s),
+                    Ok(()) => return Ok((s, addr)),
                     Err(e) => {
                         tracing::debug!(server = %rt.name, error = %e, "a spare refused the PROXY header")
                     }
@@ -734,12 +735,12 @@ async fn connect_server(
         let gen = rt.addr_gen();
         let s = crate::lb::spares::connect(addr, timeout, opts).await?;
         if rt.addr_gen() == gen {
-            return with_header(s, addr, header, timeout).await;
+            return Ok((with_header(s, addr, header, timeout).await?, addr));
         }
         addr = rt.addr();
     }
     let s = crate::lb::spares::connect(addr, timeout, opts).await?;
-    with_header(s, addr, header, timeout).await
+    Ok((with_header(s, addr, header, timeout).await?, addr))
 }
 
 /// `s`, a fresh connection to `addr`, once `header` is written on it.
@@ -1078,16 +1079,16 @@ pub fn run(
                     },
                 };
                 let connected = match connecting.await {
-                    handoff::tls::Which::Plain(r) => r.map(Stream::Plain),
+                    handoff::tls::Which::Plain(r) => r.map(|(s, a)| (Stream::Plain(s), a)),
                     handoff::tls::Which::Tls(r) => r,
                 };
                 crate::checks::observe::report(&state, be_idx, srv_idx, connected.is_ok());
                 match connected {
-                    Ok(conn) => {
+                    Ok((conn, addr)) => {
                         let tcp = conn.tcp();
-                        log.connected(|| (tcp.peer_addr().ok(), tcp.local_addr().ok()));
+                        log.connected(|| (Some(addr), tcp.local_addr().ok()));
                         srv_ctr.event(Event::Session);
-                        server = Some(conn);
+                        server = Some((conn, addr));
                         slot = Some(s);
                     }
                     Err(e) => {
@@ -1126,9 +1127,12 @@ pub fn run(
                     }
                 }
             }
-            let (Some(server), Some(slot)) = (server, slot) else {
+            let (Some((server, addr)), Some(slot)) = (server, slot) else {
                 return None;
             };
+            // For `show sess`, here: a local of the flow's own future would
+            // take room in it for as long as the flow lives.
+            flows::update(flow, |f| f.server = Some(addr));
             stick_store(&state, be, &sticking, peer, dst, slot.server());
             Some((server, slot))
         })
@@ -1159,14 +1163,9 @@ pub fn run(
         {
             let tls = !matches!((&client, &server), (Stream::Plain(_), Stream::Plain(_)));
             let plan = choose_plan(&state, fe, be);
-            // For `show sess`: the log's, when the flow is logged (one getpeername).
-            let server_addr = log
-                .server_addr()
-                .unwrap_or_else(|| server.tcp().peer_addr().ok());
             let fd_server = std::os::fd::AsRawFd::as_raw_fd(server.tcp());
             flows::update(flow, |f| {
                 f.srv = Some(srv_idx);
-                f.server = server_addr;
                 f.fd_server = fd_server;
                 // A TLS flow is copied (by rustls, or by kTLS's copy loops: see
                 // `handoff::ktls`).

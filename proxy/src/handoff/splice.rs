@@ -102,6 +102,9 @@ pub fn run<'a, 'm, 'p>(
         let (from_fd, to_fd) = (from.as_fd(), to.as_fd());
 
         let mut eof = false;
+        // At EOF: the other direction had already ended (see `copy::eof_read`),
+        // so the flow's close sends `to` its FIN and no shutdown is needed.
+        let mut last = false;
         // The bytes in the pipe came from a bulk read (>= 90% of the pipe).
         let mut bulk = false;
         // A write-splice with SPLICE_F_MORE happened since the last push.
@@ -146,6 +149,7 @@ pub fn run<'a, 'm, 'p>(
                     match r {
                         Ok(Some(0)) => {
                             eof = true;
+                            last = flow.half(dir.from);
                             flow.shut(dir.from);
                             progressed = true;
                         }
@@ -204,6 +208,12 @@ pub fn run<'a, 'm, 'p>(
                 lease.grow();
             }
             if eof && lease.pending == 0 {
+                if last {
+                    // The close follows at once and pushes any corked tail
+                    // with the FIN, as SHUT_WR would.
+                    flow.shut(dir.to);
+                    return Ok(Exit::Done);
+                }
                 // SHUT_WR pushes any corked tail itself.
                 propagate_eof(flow, dir, to)?;
                 return Ok(Exit::Done);

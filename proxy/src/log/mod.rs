@@ -295,12 +295,6 @@ impl FlowGuard {
         });
     }
 
-    /// The server address [`FlowGuard::connected`] recorded: `None` when the
-    /// flow is not logged (then nothing was asked).
-    pub fn server_addr(&self) -> Option<Option<SocketAddr>> {
-        self.inner.as_ref().map(|i| i.rec.server_addr)
-    }
-
     /// The flow ended with `cause` in its current phase.
     pub fn end(&mut self, cause: Cause) {
         self.with(|i| i.rec.cause = cause);
