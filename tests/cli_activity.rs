@@ -1,7 +1,8 @@
 //! `show activity`, `show profiling` and `set profiling tasks` against a real daemon
 //! (two worker threads): every activity line carries a total and one value per
 //! thread, the counters grow with traffic (loops, accepted), the profiling table
-//! names shunt's tasks, and the profiling mode set over the CLI shows in the header.
+//! names shunt's tasks, and the profiling mode set over the CLI or by `profiling.tasks`
+//! in the config shows in the header.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -214,6 +215,34 @@ fn profiling_lists_tasks_and_follows_the_mode() {
         "\nPermission denied\n\n"
     );
     assert!(cli(&sock, "user; show activity").contains("\nloops: "));
+}
+
+#[test]
+fn profiling_tasks_in_the_config_sets_the_mode_at_start() {
+    let echo = Server::echo();
+    let port = free_port();
+    let cfg = simple_config(port, &[echo.addr], "").replacen(
+        "global\n",
+        "global\n    profiling.tasks on\n",
+        1,
+    );
+    let shunt = Shunt::start(&cfg, &[]);
+    let sock = shunt.sock();
+    assert_eq!(header_mode(&sock), "on");
+    // Profiled from the first flow, with no `set profiling` in between.
+    run_flows(port, FLOWS);
+    let rows = profiling_rows(&cli(&sock, "show profiling tasks"));
+    let session = rows.iter().find(|(n, _)| n == "session").map(|(_, c)| *c);
+    assert!(session.unwrap_or(0) >= FLOWS as u64, "{rows:?}");
+
+    let port = free_port();
+    let cfg = simple_config(port, &[echo.addr], "").replacen(
+        "global\n",
+        "global\n    profiling.tasks off\n",
+        1,
+    );
+    let off = Shunt::start(&cfg, &[]);
+    assert_eq!(header_mode(&off.sock()), "off");
 }
 
 /// `show info` as `name → value`.

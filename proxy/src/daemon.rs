@@ -366,6 +366,11 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     let config = Arc::new(config);
     let nbthread = config.global.nbthread.unwrap_or_else(available_cpus).max(1);
     let forward_mode = opts.forward_mode.unwrap_or(config.global.forward_mode);
+    scheduler::set_profiling_mode(match config.global.profiling_tasks {
+        crate::config::ProfilingTasks::On => scheduler::ProfilingMode::On,
+        crate::config::ProfilingTasks::Auto => scheduler::ProfilingMode::Auto,
+        crate::config::ProfilingTasks::Off => scheduler::ProfilingMode::Off,
+    });
 
     if opts.reloading() {
         crate::notify::notify_or_warn(&format!(

@@ -12,6 +12,15 @@ use std::time::Duration;
 
 pub use super::tls::{CertKey, TlsVersion};
 
+/// `profiling.tasks`: whether the scheduler profiles its tasks from the start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProfilingTasks {
+    On,
+    /// Profile while a worker's loops average 1 ms or more (HAProxy's default).
+    Auto,
+    Off,
+}
+
 /// How established flows are forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ForwardMode {
@@ -188,6 +197,9 @@ pub struct Global {
     /// `tune.sched.heavy-cap on|off` (benchmark knob, default on): off disables
     /// the one-heavy-task-per-loop rule.
     pub sched_heavy_cap: bool,
+    /// `profiling.tasks on|auto|off`: per-task CPU profiling at start
+    /// (HAProxy's default `auto`; `set profiling tasks` changes it later).
+    pub profiling_tasks: ProfilingTasks,
     pub logs: Vec<LogTarget>,
     /// `server-state-file`, `server-state-base` and the backends that load it.
     pub server_state: ServerStateConfig,
@@ -252,6 +264,7 @@ impl Default for Global {
             runqueue_depth: None,
             sched_low_latency: false,
             sched_heavy_cap: true,
+            profiling_tasks: ProfilingTasks::Auto,
             logs: Vec::new(),
             server_state: ServerStateConfig::default(),
             rings: Vec::new(),

@@ -305,6 +305,22 @@ fn global_maxpipes_explicit_and_low_latency_off() {
 }
 
 #[test]
+fn global_profiling_tasks_takes_haproxy_words_and_defaults_to_auto() {
+    assert_eq!(
+        ok("global\n nbthread 1\n").config.global.profiling_tasks,
+        ProfilingTasks::Auto
+    );
+    for (w, want) in [
+        ("on", ProfilingTasks::On),
+        ("auto", ProfilingTasks::Auto),
+        ("off", ProfilingTasks::Off),
+    ] {
+        let g = ok(&format!("global\n profiling.tasks {w}\n")).config.global;
+        assert_eq!(g.profiling_tasks, want, "profiling.tasks {w}");
+    }
+}
+
+#[test]
 fn global_daemon_is_a_warning() {
     let l = ok("global\n daemon\n");
     assert_eq!(
@@ -346,6 +362,9 @@ fn global_errors() {
         ("tune.runqueue-depth 0", "'tune.runqueue-depth' value must be between 1 and 4194304 (was 0)"),
         ("tune.sched.low-latency maybe", "'tune.sched.low-latency' expects either 'on' or 'off' but got 'maybe'."),
         ("tune.sched.heavy-cap", "'tune.sched.heavy-cap' expects either 'on' or 'off' but got ''."),
+        ("profiling.tasks yes", "'profiling.tasks' expects either 'on', 'auto', or 'off' but got 'yes'."),
+        ("profiling.tasks", "'profiling.tasks' expects either 'on', 'auto', or 'off' but got ''."),
+        ("profiling.tasks on off", "'profiling.tasks' cannot handle unexpected argument 'off'."),
         ("log", "log : expects <address> and <facility> as arguments"),
         ("nbproc 2", "nbproc is not supported any more since HAProxy 2.5. Threads will automatically be used on multi-processor machines if available."),
         ("mode tcp", "unknown keyword 'mode' in 'global' section"),

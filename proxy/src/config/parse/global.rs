@@ -70,6 +70,7 @@ pub const GLOBAL: &[Keyword<GlobalDraft>] = &[
     Keyword::new(&["tune.runqueue-depth"],       G, Args::Required, runqueue_depth),
     Keyword::new(&["tune.sched.low-latency"],    G, Args::Required, sched_low_latency),
     Keyword::new(&["tune.sched.heavy-cap"],      G, Args::Required, sched_heavy_cap),
+    Keyword::new(&["profiling.tasks"],           G, Args::Required, profiling_tasks),
     Keyword::new(&["log"],                       G, Args::Required, log),
     Keyword::new(&["daemon"],                    G, Args::None,     daemon),
     Keyword::new(&["server-state-file"],         G, Args::Required, server_state_file),
@@ -252,6 +253,23 @@ fn sched_low_latency(g: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String
 
 fn sched_heavy_cap(g: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String> {
     g.global.sched_heavy_cap = on_off(l)?;
+    no_extra(l.args, 2, l.kw())
+}
+
+/// `profiling.tasks on|auto|off`, with HAProxy's message for anything else.
+fn profiling_tasks(g: &mut GlobalDraft, l: &mut Line<'_>) -> Result<(), String> {
+    g.global.profiling_tasks = match l.arg(1) {
+        Some("on") => ProfilingTasks::On,
+        Some("auto") => ProfilingTasks::Auto,
+        Some("off") => ProfilingTasks::Off,
+        other => {
+            return Err(format!(
+                "'{}' expects either 'on', 'auto', or 'off' but got '{}'.",
+                l.kw(),
+                other.unwrap_or("")
+            ))
+        }
+    };
     no_extra(l.args, 2, l.kw())
 }
 
