@@ -52,8 +52,15 @@ pub fn write_all<'a, 'm>(
     mut data: &'a [u8],
 ) -> impl Future<Output = Result<(), DirError>> + use<'a, 'm> {
     async move {
+        // Once only: after an EAGAIN, tokio's readiness decides.
+        let mut eager = flow.nothing_written(dir.to);
         while !data.is_empty() {
-            match to.try_write(data) {
+            let r = if std::mem::take(&mut eager) {
+                socket2::SockRef::from(to).send(data)
+            } else {
+                to.try_write(data)
+            };
+            match r {
                 Ok(0) => return Err(DirError::new(dir.to, io::ErrorKind::WriteZero.into())),
                 Ok(n) => {
                     data = &data[n..];

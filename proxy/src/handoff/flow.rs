@@ -392,6 +392,19 @@ impl<'m> Flow<'m> {
         self.to_client.get()
     }
 
+    /// Nothing was written to `side` yet: its socket may be a connection that
+    /// completed inside `connect()` (`lb::spares::connect`), whose writability
+    /// tokio learns only at the poller's next turn. The first write to it is
+    /// tried without asking tokio (HAProxy sends at once too); EAGAIN then
+    /// takes the usual way through tokio's readiness, which the socket's next
+    /// EPOLLOUT edge sets.
+    pub fn nothing_written(&self, side: Side) -> bool {
+        match side {
+            Side::Server => self.to_server.get() == 0,
+            Side::Client => self.to_client.get() == 0,
+        }
+    }
+
     /// The inactivity timeout in force for `side` (HAProxy TCP semantics):
     /// `*_fin` once that side is half-closed (when set), else `tunnel` when
     /// set, else the side's own timeout.

@@ -111,6 +111,8 @@ pub fn run<'a, 'm, 'p>(
         let mut corked = false;
         let mut burst = 0usize;
         let mut written = 0u64;
+        // The first write may skip tokio's readiness (`Flow::nothing_written`).
+        let mut eager = true;
         loop {
             if flow.parking() && !flow.must_park(dir.from) && lease.pending == 0 && !eof {
                 return Ok(fall_back(to, corked, Exit::ReadDry));
@@ -175,12 +177,18 @@ pub fn run<'a, 'm, 'p>(
                 if lease.pending > 0 {
                     let len = lease.pending;
                     let more = bulk;
-                    let r = to.try_io(Interest::WRITABLE, || {
+                    let write = || {
                         if injected_einval(written) {
                             return Err(io::Error::from_raw_os_error(libc::EINVAL));
                         }
                         sys_pipe::splice(pipe_rd, to_fd, len, more)
-                    });
+                    };
+                    // Once only: after an EAGAIN, tokio's readiness decides.
+                    let r = if std::mem::take(&mut eager) && flow.nothing_written(dir.to) {
+                        write()
+                    } else {
+                        to.try_io(Interest::WRITABLE, write)
+                    };
                     match r {
                         Ok(0) => {
                             return Err(DirError::new(dir.to, io::ErrorKind::WriteZero.into()))

@@ -1007,6 +1007,34 @@ async fn the_flows_signal_keeps_a_permit_and_wakes_its_waiter() {
     assert!(woken.get());
 }
 
+/// The first write to a connection that completed inside `connect()` goes
+/// out at the first poll: tokio has not seen the socket writable yet (its
+/// EPOLLOUT comes at the poller's next turn), so a write that asked tokio
+/// would wait a turn for it (`Flow::nothing_written`).
+#[tokio::test(flavor = "current_thread")]
+async fn the_first_write_to_a_fresh_connection_needs_no_poller_turn() {
+    use std::task::Poll;
+    let back = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let to = back.local_addr().unwrap();
+    let conn = crate::lb::spares::connect(to, None, Default::default())
+        .await
+        .unwrap();
+    // No await in between that could give the poller its turn.
+    let m = Counting::default();
+    let flow = flow::Flow::new(&m);
+    let mut write = std::pin::pin!(copy::write_all(&flow, CLIENT_TO_SERVER, &conn, b"PING\r\n"));
+    let first = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await;
+    assert!(
+        matches!(first, Poll::Ready(Ok(()))),
+        "the first write waited for the poller"
+    );
+    let (mut server, _) = back.accept().await.unwrap();
+    let mut got = [0u8; 6];
+    server.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"PING\r\n");
+    assert_eq!(m.up.get(), 6);
+}
+
 /// The userspace stage's room, which every idle flow in copy, splice and
 /// `auto` holds (docs/architecture.md, "Memory of an idle flow"), measured in
 /// the build the test runs in (880 B in release and debug builds alike on

@@ -8,6 +8,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::FromRawFd;
 use std::time::Duration;
 
 use crate::handoff::Origin;
@@ -119,6 +120,13 @@ pub fn socket(addr: SocketAddr, opts: ConnectOpts) -> io::Result<tokio::net::Tcp
 
 /// A fresh connection to `addr` (TCP_NODELAY, `opts`), bounded by `timeout
 /// connect`: a flow's own connect and a spare's alike.
+///
+/// To a near server (loopback, a host next to this one) the handshake has
+/// usually completed inside `connect()` itself, which one `getpeername`
+/// tells at once (it fails with ENOTCONN while the SYN is unanswered), so
+/// the flow goes on without waiting a turn of the poller for the writable
+/// event, as HAProxy learns it by sending at once. Otherwise it waits for
+/// that event and reads SO_ERROR, as tokio's own connect does.
 pub async fn connect(
     addr: SocketAddr,
     timeout: Option<Duration>,
@@ -127,19 +135,42 @@ pub async fn connect(
     let sock = socket(addr, opts).map_err(|e| ConnectError::local(addr, e))?;
     sock.set_nodelay(true)
         .map_err(|e| ConnectError::local(addr, e))?;
-    let fut = sock.connect(addr);
-    let done = match timeout {
-        Some(after) => tokio::time::timeout(after, fut)
+    let failed = |source: io::Error| match source.raw_os_error() {
+        Some(libc::EADDRINUSE | libc::EADDRNOTAVAIL | libc::EAGAIN) => {
+            ConnectError::Resource { addr, source }
+        }
+        _ => ConnectError::Server { addr, source },
+    };
+    // The socket is non-blocking (tokio made it so).
+    let done = match socket2::SockRef::from(&sock).connect(&addr.into()) {
+        Ok(()) => true,
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => false,
+        Err(e) => return Err(failed(e)),
+    };
+    // SAFETY: `into_raw_fd` gave up the descriptor, open and owned by nobody
+    // else now; the std stream takes it over and closes it.
+    let std =
+        unsafe { std::net::TcpStream::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(sock)) };
+    let done = done || std.peer_addr().is_ok();
+    let stream = tokio::net::TcpStream::from_std(std).map_err(|e| ConnectError::local(addr, e))?;
+    if done {
+        return Ok(stream);
+    }
+    let established = async {
+        stream.writable().await?;
+        match stream.take_error()? {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    };
+    match timeout {
+        Some(after) => tokio::time::timeout(after, established)
             .await
             .map_err(|_| ConnectError::Timeout { addr, after })?,
-        None => fut.await,
-    };
-    done.map_err(|e| match e.raw_os_error() {
-        Some(libc::EADDRINUSE | libc::EADDRNOTAVAIL | libc::EAGAIN) => {
-            ConnectError::Resource { addr, source: e }
-        }
-        _ => ConnectError::Server { addr, source: e },
-    })
+        None => established.await,
+    }
+    .map_err(failed)?;
+    Ok(stream)
 }
 
 #[cfg(test)]
@@ -208,6 +239,34 @@ mod tests {
             .expect_err("v6 source for a v4 server");
         assert!(matches!(e, ConnectError::Internal { .. }), "{e}");
         assert!(!e.retryable());
+    }
+
+    #[test]
+    fn a_loopback_connect_is_done_at_its_first_poll() {
+        // The handshake completes inside connect() on loopback: the future is
+        // ready at once, with no turn of the poller (tokio's TcpSocket::connect
+        // is pending there until the writable event comes).
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        let to = l.local_addr().expect("addr");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let first = rt.block_on(async {
+            let mut fut = std::pin::pin!(connect(to, None, ConnectOpts::default()));
+            std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(std::future::Future::poll(fut.as_mut(), cx))
+            })
+            .await
+        });
+        let s = match first {
+            std::task::Poll::Ready(r) => r.expect("connect"),
+            std::task::Poll::Pending => panic!("the connect waited for the poller"),
+        };
+        let (_, peer) = l.accept().expect("accept");
+        assert_eq!(s.local_addr().expect("local"), peer);
+        assert_eq!(s.peer_addr().expect("peer"), to);
+        assert!(s.nodelay().expect("TCP_NODELAY"));
     }
 
     #[test]
