@@ -183,6 +183,14 @@ mod tests {
         SocketAddr::from(([127, 0, 0, 1], 9))
     }
 
+    /// A runtime of one thread, with the reactor and the timer.
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
     #[test]
     fn local_failures_are_resource_or_internal() {
         let err = |errno| ConnectError::local(addr(), io::Error::from_raw_os_error(errno));
@@ -207,10 +215,7 @@ mod tests {
     fn options_bind_the_source_and_set_keepalive() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
         let to = l.local_addr().expect("addr");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = runtime();
         let opts = ConnectOpts {
             source: Some(SocketAddr::from(([127, 0, 0, 2], 0))),
             keepalive: true,
@@ -250,10 +255,7 @@ mod tests {
         // is pending there until the writable event comes).
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
         let to = l.local_addr().expect("addr");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = runtime();
         let first = rt.block_on(async {
             let mut fut = std::pin::pin!(connect(to, None, ConnectOpts::default()));
             std::future::poll_fn(|cx| {
@@ -295,10 +297,7 @@ mod tests {
         let closed = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("bind a port");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = runtime();
         let e = rt
             .block_on(connect(
                 closed,
