@@ -67,7 +67,11 @@
 //! `paused` above the bound: the verdict passes again, userspace forwards
 //! through its own bounded buffer, and the source's receive window closes as
 //! with any proxy. Below half the bound it clears `paused`; the gate resumes
-//! redirection once userspace has caught up.
+//! redirection once userspace has caught up. The passed bytes userspace
+//! writes count against the same bound (`forward_unsent`): without that, a
+//! destination that does not read let them fill its send queue on top of the
+//! redirected bytes (6.7 MB held against a 4 MiB bound in one test run under
+//! load).
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -735,13 +739,41 @@ async fn forward_unsent(
     st: &DirState,
 ) -> Result<(), DirError> {
     drain(flow, ins, dir, to, st).await?;
+    // Final while these bytes are unacknowledged: the gate redirects nothing.
+    let redirected = ins.seen(dir.from).get();
+    let mut backoff = DRAIN_POLL;
     loop {
+        if st.unsent.borrow().is_empty() {
+            break;
+        }
+        // The bound holds for what we write too: the bytes the kernel holds
+        // for `to` (redirected or written, not acknowledged) stay within
+        // `max_inflight`, so a destination that does not read closes the
+        // source's window through our bounded buffer, not through `to`'s
+        // send queue on top of the bound.
+        let p = progress(ins, dir, to)?;
+        let held =
+            (redirected + st.written.get() + ins.base(dir.to).queued).saturating_sub(p.acked);
+        let room = (ins.kernel.max_inflight() as u64).saturating_sub(held);
+        if room == 0 {
+            // Nothing wakes us for an acknowledgement: poll, less often the
+            // longer the destination holds on, and notice a reset meanwhile.
+            if let Some(e) = socket2::SockRef::from(&to.as_fd())
+                .take_error()
+                .map_err(|e| DirError::new(dir.to, e))?
+            {
+                return Err(DirError::new(dir.to, e));
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(TICK_IDLE_MS.into()));
+            continue;
+        }
         let wrote = {
             let unsent = st.unsent.borrow();
-            if unsent.is_empty() {
-                break;
-            }
-            to.try_write(&unsent)
+            let n = unsent
+                .len()
+                .min(usize::try_from(room).unwrap_or(usize::MAX));
+            to.try_write(&unsent[..n])
         };
         match wrote {
             Ok(0) => return Err(DirError::new(dir.to, io::ErrorKind::WriteZero.into())),
@@ -749,6 +781,7 @@ async fn forward_unsent(
                 st.unsent.borrow_mut().drain(..n);
                 st.written.set(st.written.get() + n as u64);
                 flow.wrote(dir.to, n);
+                backoff = DRAIN_POLL;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 to.watch()
