@@ -227,7 +227,8 @@ fn short_flows_and_many_small_busy_flows_stay_in_userspace() {
     settle(&shunt);
     assert_eq!(info(&shunt, "PromotedFlows"), 0, "no flow promoted");
     assert_eq!(info(&shunt, "SockmapFlows"), 0);
-    // Small messages are spliced in `auto` (`handoff::Splicing::UntilBulk`).
+    // `auto` copies a flow's first reads and splices the rest
+    // (`handoff::Splicing::AfterCopying`).
     assert_eq!(
         info(&shunt, "SpliceFlows") + info(&shunt, "CopyFlows"),
         116,
@@ -301,9 +302,9 @@ fn the_one_busy_flow_and_a_bulk_flow_are_promoted() {
         "one stream alone is not promoted"
     );
     assert_eq!(
-        info(&alone, "CopyFlows"),
+        info(&alone, "SpliceFlows"),
         1,
-        "it stayed in userspace, copying"
+        "it stayed in userspace, splicing"
     );
 
     let port = free_port();
@@ -385,7 +386,7 @@ fn a_promoted_flow_survives_a_reload() {
     );
 }
 
-/// Several bulk streams on one worker stay in userspace by default (copying
+/// Several bulk streams on one worker stay in userspace by default (splicing
 /// moves them faster than the kernel path: `handoff::promote`), byte-exact;
 /// `tune.sockmap.promote-bytes` is what makes elephants of them
 /// (`flows_promoted_mid_stream_under_load_are_byte_exact`).
@@ -415,5 +416,9 @@ fn several_bulk_streams_stay_in_userspace_by_default() {
     }
     settle(&shunt);
     assert_eq!(info(&shunt, "PromotedFlows"), 0, "no bulk stream promoted");
-    assert_eq!(info(&shunt, "CopyFlows"), 4, "all four stayed in userspace");
+    assert_eq!(
+        info(&shunt, "SpliceFlows"),
+        4,
+        "all four stayed in userspace, splicing"
+    );
 }

@@ -254,8 +254,15 @@ impl Drop for Buf {
     }
 }
 
-/// Copies `from` -> `to` until EOF (propagated) or an error. Parks, holding
-/// nothing, while a promotion is asked for.
+/// [`run`]'s read budget for a direction that copies to its end (a plain
+/// `u32`, not an `Option`: it lives in every copying direction's future).
+pub const ALL_READS: u32 = u32::MAX;
+
+/// Copies `from` -> `to` until EOF (propagated; `Ok(true)`) or an error.
+/// Unless `reads` is [`ALL_READS`], returns `Ok(false)` once that many
+/// reads were written out, holding nothing (`auto` copies a flow's first reads: see
+/// `handoff::Splicing::AfterCopying`). Parks, holding nothing, while a
+/// promotion is asked for.
 ///
 /// Not an `async fn`: it would store its arguments twice in every flow's
 /// future (see "Memory of an idle flow" in docs/architecture.md).
@@ -265,40 +272,55 @@ pub fn run<'a, 'm>(
     dir: Dir,
     from: &'a TcpStream,
     to: &'a TcpStream,
-) -> impl Future<Output = Result<(), DirError>> + use<'a, 'm> {
+    mut reads: u32,
+) -> impl Future<Output = Result<bool, DirError>> + use<'a, 'm> {
     async move {
-        let mut burst = 0usize;
+        // u32 (bytes below BURST_BYTES, 1 MiB, plus one buffer): with the
+        // u32 `reads` it takes the room one usize took.
+        let mut burst = 0u32;
         loop {
+            if reads == 0 {
+                return Ok(false);
+            }
             wait_readable(flow, dir, from).await?;
             let mut buf = Buf::take();
             loop {
                 if flow.must_park(dir.from) {
                     break;
                 }
+                if reads == 0 {
+                    break;
+                }
                 if flow.parking() {
                     // Not dry: read the whole queue at once (see `read_dry`).
                     drop(buf);
                     if Box::pin(read_dry(flow, dir, from, to)).await? {
-                        return Ok(());
+                        return Ok(true);
                     }
                     break;
                 }
                 match read_once(from, &mut buf) {
                     Ok(Read::Eof) => {
                         eof_read(flow, dir, to)?;
-                        return Ok(());
+                        return Ok(true);
                     }
                     Ok(Read::Dry(n)) => {
                         flow.read(dir.from, n, true);
                         write_all(flow, dir, to, &buf[..n]).await?;
+                        if reads != ALL_READS {
+                            reads -= 1;
+                        }
                         burst = 0;
                         break;
                     }
                     Ok(Read::More(n)) => {
                         flow.read(dir.from, n, false);
                         write_all(flow, dir, to, &buf[..n]).await?;
-                        burst += n;
-                        if burst >= BURST_BYTES {
+                        if reads != ALL_READS {
+                            reads -= 1;
+                        }
+                        burst += n as u32;
+                        if burst as usize >= BURST_BYTES {
                             burst = 0;
                             drop(buf);
                             crate::scheduler::yield_now().await;

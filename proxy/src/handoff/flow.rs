@@ -180,6 +180,9 @@ pub struct Flow<'m> {
     server_half: Cell<bool>,
     /// Set when a splice direction switched to copying mid-flow.
     pub fell_back: Cell<bool>,
+    /// Set when a direction of an `auto` flow began splicing (its first
+    /// reads are copied: see `handoff::Splicing::AfterCopying`).
+    pub spliced: Cell<bool>,
     /// `auto`'s promotion state (see `handoff`'s "Promotion").
     promo: Promotion,
     /// Signalled when the driver must look again: a half-close may have
@@ -212,6 +215,7 @@ impl<'m> Flow<'m> {
             client_half: Cell::new(false),
             server_half: Cell::new(false),
             fell_back: Cell::new(false),
+            spliced: Cell::new(false),
             promo: Promotion::new(promote),
             changed: Signal::default(),
             resumed: Notify::new(),

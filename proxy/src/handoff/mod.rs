@@ -107,14 +107,28 @@ enum Splicing {
     No,
     /// Splice through a pipe (`forward-mode splice`, `option splice-*`).
     Yes,
-    /// `auto`: splice while messages are small, and copy from the first read
-    /// that fills the pipe (see [`splice::Exit::Bulk`]). 2026-12-04, quiet
-    /// host, 3 interleaved rounds of `cargo xtask bench`: redis -c50 through
-    /// splice 99.8k requests/s against copy's 93.3k (HAProxy 93.2k; 5 rounds
-    /// before: 100.3k against 92.7k), while one iperf3 stream copies at 19.1
-    /// Gbit/s and splices at 15.1; this moved 100.6k and 18.6.
-    UntilBulk,
+    /// `auto`: copy each direction's first [`COPY_FIRST_READS`] reads, then
+    /// splice. A short flow (a connection per request) never takes a pipe
+    /// nor pays splice's extra read (a splice that empties the socket cannot
+    /// tell it from a full pipe, so it reads again to meet EAGAIN, where a
+    /// short copy read knows); a flow that lives on splices its small
+    /// messages (redis -c50, 2026-12-04: splice 99.8k requests/s against
+    /// copy's 93.3k) and its bulk at about 60 % of copy's proxy CPU per
+    /// byte. 2026-12-07, this VM, iperf3 -P 1 through `nbthread 1`, 5 s
+    /// runs: splice 12.5-13.9 Gbit/s at 0.31-0.36 s/GB, copy 10.5-13.7 at
+    /// 0.48-0.64 (HAProxy 8.4-8.8 at 0.86-0.93). Until then auto switched
+    /// to copy at the first full pipe, from a quieter host's 2026-12-04
+    /// figures (copy 19.1 Gbit/s against splice's 15.1), at copy's CPU.
+    AfterCopying,
 }
+
+/// Reads of each direction of an `auto` flow that are copied before it
+/// splices: a connection per request (redis-benchmark -k 0: one request,
+/// one reply, then the FINs) is over within them. 2026-12-07, this VM,
+/// `strace -c` over 5000 such connections: splicing took 8 splice calls
+/// per connection (2 of them to meet EAGAIN) and a pipe lease per
+/// direction, where copying takes 6 reads and writes (HAProxy: 6).
+pub const COPY_FIRST_READS: u32 = 4;
 
 /// How a flow is to be forwarded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,8 +137,8 @@ pub enum Plan {
     /// a proxy asks for splice). Splice takes a pipe only while bytes move
     /// and copies when the pool has none.
     Fixed(Mode),
-    /// `forward-mode auto`: splice while messages are small, copy from the
-    /// first read that fills the pipe ([`Splicing::UntilBulk`]); with `Some`,
+    /// `forward-mode auto`: copy a flow's first reads, then splice
+    /// ([`Splicing::AfterCopying`]); with `Some`,
     /// promoted to the kernel once the flow shows it pays (see `promote`).
     Auto(Option<Promote>),
 }
@@ -329,7 +343,7 @@ pub fn forward<'a>(
             }
             let splice = match mode {
                 Mode::Splice => Splicing::Yes,
-                _ if auto => Splicing::UntilBulk,
+                _ if auto => Splicing::AfterCopying,
                 _ => Splicing::No,
             };
             // Boxed like the kernel stage: the flow's own future keeps only what
@@ -346,7 +360,12 @@ pub fn forward<'a>(
             .await;
             match driven {
                 Driven::End(end) => {
-                    let used = if splice != Splicing::No && !flow.fell_back.get() {
+                    let spliced = match splice {
+                        Splicing::No => false,
+                        Splicing::Yes => true,
+                        Splicing::AfterCopying => flow.spliced.get(),
+                    };
+                    let used = if spliced && !flow.fell_back.get() {
                         Mode::Splice
                     } else {
                         Mode::Copy
@@ -719,12 +738,17 @@ fn direction<'a, 'm>(
     async move {
         copy::write_all(flow, dir, to, &initial).await?;
         drop(initial);
+        if splice == Splicing::AfterCopying
+            && copy::run(flow, dir, from, to, COPY_FIRST_READS).await?
+        {
+            return Ok(());
+        }
         if splice != Splicing::No {
-            let until_bulk = splice == Splicing::UntilBulk;
+            flow.spliced.set(true);
             let rest = {
                 let mut lease = Lease::lazy(pool);
                 loop {
-                    match splice::run(flow, dir, from, to, &mut lease, until_bulk).await? {
+                    match splice::run(flow, dir, from, to, &mut lease).await? {
                         splice::Exit::Done => return Ok(()),
                         splice::Exit::ReadDry => {
                             // Boxed, as in `copy::run`.
@@ -732,7 +756,7 @@ fn direction<'a, 'm>(
                                 return Ok(());
                             }
                         }
-                        splice::Exit::Fallback | splice::Exit::Bulk => {
+                        splice::Exit::Fallback => {
                             flow.fell_back.set(true);
                             // The pipe is empty afterwards, and goes back
                             // (the lease's scope ends) before copying.
@@ -744,7 +768,9 @@ fn direction<'a, 'm>(
             };
             copy::write_all(flow, dir, to, &rest).await?;
         }
-        copy::run(flow, dir, from, to).await
+        copy::run(flow, dir, from, to, copy::ALL_READS)
+            .await
+            .map(|_| ())
     }
 }
 

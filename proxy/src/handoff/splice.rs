@@ -47,10 +47,6 @@ pub enum Exit {
     Done,
     /// splice is not usable here: drain the pipe and copy instead.
     Fallback,
-    /// A read filled the pipe of a direction that splices only small
-    /// messages: drain the pipe and copy on (one bulk stream copies faster
-    /// than it splices on loopback: BENCHMARKS.md, `bulk-1`).
-    Bulk,
     /// A promotion is asked for and the socket may hold a segment a splice
     /// read took in part: the pipe is empty, the cork pushed; the caller
     /// reads the queue dry (`copy::read_dry`) and splices on.
@@ -96,7 +92,6 @@ pub fn run<'a, 'm, 'p>(
     from: &'a TcpStream,
     to: &'a TcpStream,
     lease: &'a mut Lease<'p>,
-    until_bulk: bool,
 ) -> impl Future<Output = Result<Exit, DirError>> + use<'a, 'm, 'p> {
     async move {
         let (from_fd, to_fd) = (from.as_fd(), to.as_fd());
@@ -210,9 +205,6 @@ pub fn run<'a, 'm, 'p>(
             }
 
             if filled {
-                if until_bulk && !eof {
-                    return Ok(fall_back(to, corked, Exit::Bulk));
-                }
                 lease.grow();
             }
             if eof && lease.pending == 0 {

@@ -1055,7 +1055,7 @@ async fn the_userspace_stage_stays_small() {
         &r.proxy_client,
         &r.proxy_server,
         Vec::new(),
-        Splicing::UntilBulk,
+        Splicing::AfterCopying,
         &t,
     );
     let n = std::mem::size_of_val(&stage);
@@ -1066,26 +1066,28 @@ async fn the_userspace_stage_stays_small() {
     );
 }
 
-/// `auto` without BPF (`Plan::Auto(None)`): small request/response turns
-/// are spliced; a bulk burst in the middle of the flow fills the pipe and
-/// the direction goes on copying, with the pipe's bytes drained first.
+/// `auto` without BPF (`Plan::Auto(None)`): each direction's first
+/// [`COPY_FIRST_READS`] reads are copied, so a flow of two turns never takes
+/// a pipe and is reported as copied; a longer one splices its later turns
+/// and a bulk burst in the middle of the flow (no switch back to copying).
 /// Every byte arrives once and in order, both ways.
 #[tokio::test(flavor = "current_thread")]
-async fn auto_splices_small_turns_and_copies_from_the_first_bulk_read() {
-    for bulk in [false, true] {
+async fn auto_copies_a_flows_first_reads_then_splices() {
+    for (turns, bulk) in [(2usize, false), (200, false), (200, true)] {
         let pool = Forwarding::userspace(PipePool::new(None, 8));
         let r = rig().await;
         let (mut cr, mut cw) = r.client.into_split();
         let (mut sr, mut sw) = r.server.into_split();
         let big = if bulk { 8 << 20 } else { 0 };
-        let up: Vec<u8> = pattern(7).into_iter().cycle().take(20_000 + big).collect();
+        let ups = turns * 100;
+        let up: Vec<u8> = pattern(7).into_iter().cycle().take(ups + big).collect();
         let down = pattern(8);
-        // 200 turns of 100-byte requests and 300-byte responses, then (if
+        // `turns` turns of 100-byte requests and 300-byte responses, then (if
         // `bulk`) 8 MiB upward while the server keeps answering, then EOF.
         let client = async {
             let mut off = 0;
             let mut back = vec![0u8; 300];
-            for i in 0..200 {
+            for i in 0..turns {
                 cw.write_all(&up[off..off + 100]).await.unwrap();
                 off += 100;
                 cr.read_exact(&mut back).await.unwrap();
@@ -1107,7 +1109,7 @@ async fn auto_splices_small_turns_and_copies_from_the_first_bulk_read() {
         };
         let server = async {
             let mut got = vec![0u8; 100];
-            for i in 0..200 {
+            for i in 0..turns {
                 sr.read_exact(&mut got).await.unwrap();
                 assert_eq!(got, &up[i * 100..(i + 1) * 100], "request {i}");
                 sw.write_all(&down[i * 300..(i + 1) * 300]).await.unwrap();
@@ -1117,7 +1119,7 @@ async fn auto_splices_small_turns_and_copies_from_the_first_bulk_read() {
             let mut rest = Vec::new();
             sr.read_to_end(&mut rest).await.unwrap();
             assert_eq!(rest.len(), big, "bulk length");
-            assert!(rest == up[20_000..], "the bulk, byte-exact");
+            assert!(rest == up[ups..], "the bulk, byte-exact");
         };
         let m = Counting::default();
         let t = FlowTimeouts::default();
@@ -1134,11 +1136,18 @@ async fn auto_splices_small_turns_and_copies_from_the_first_bulk_read() {
             client,
             server
         );
-        assert!(matches!(out.end, End::Done), "{:?}", out.end);
-        assert_eq!(out.to_server, 20_000 + big as u64);
-        assert_eq!(out.to_client, 64_000);
-        let want = if bulk { Mode::Copy } else { Mode::Splice };
-        assert_eq!(out.mode, want, "bulk {bulk}");
+        let case = format!("{turns} turns, bulk {bulk}");
+        assert!(matches!(out.end, End::Done), "{case}: {:?}", out.end);
+        assert_eq!(out.to_server, (ups + big) as u64, "{case}");
+        assert_eq!(out.to_client, (turns * 300 + 4000) as u64, "{case}");
+        let pipes = pool.pipes.free() + pool.pipes.in_use();
+        if turns <= COPY_FIRST_READS as usize / 2 {
+            assert_eq!(out.mode, Mode::Copy, "{case}");
+            assert_eq!(pipes, 0, "{case}: a short flow took no pipe");
+        } else {
+            assert_eq!(out.mode, Mode::Splice, "{case}");
+            assert!(pipes >= 1, "{case}: the flow spliced through a pipe");
+        }
     }
 }
 
