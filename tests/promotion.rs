@@ -227,8 +227,7 @@ fn short_flows_and_many_small_busy_flows_stay_in_userspace() {
     settle(&shunt);
     assert_eq!(info(&shunt, "PromotedFlows"), 0, "no flow promoted");
     assert_eq!(info(&shunt, "SockmapFlows"), 0);
-    // `auto` copies a flow's first reads and splices the rest
-    // (`handoff::Splicing::AfterCopying`).
+    // `auto` copies small messages and splices bulk (`handoff::Splicing::Auto`).
     assert_eq!(
         info(&shunt, "SpliceFlows") + info(&shunt, "CopyFlows"),
         116,

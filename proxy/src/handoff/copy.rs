@@ -254,15 +254,11 @@ impl Drop for Buf {
     }
 }
 
-/// [`run`]'s read budget for a direction that copies to its end (a plain
-/// `u32`, not an `Option`: it lives in every copying direction's future).
-pub const ALL_READS: u32 = u32::MAX;
-
 /// Copies `from` -> `to` until EOF (propagated; `Ok(true)`) or an error.
-/// Unless `reads` is [`ALL_READS`], returns `Ok(false)` once that many
-/// reads were written out, holding nothing (`auto` copies a flow's first reads: see
-/// `handoff::Splicing::AfterCopying`). Parks, holding nothing, while a
-/// promotion is asked for.
+/// With `until_bulk`, returns `Ok(false)` once a read filled the buffer and
+/// was written out, holding nothing (`auto` copies small messages and
+/// splices bulk: see `handoff::Splicing::Auto`). Parks, holding nothing,
+/// while a promotion is asked for.
 ///
 /// Not an `async fn`: it would store its arguments twice in every flow's
 /// future (see "Memory of an idle flow" in docs/architecture.md).
@@ -272,23 +268,17 @@ pub fn run<'a, 'm>(
     dir: Dir,
     from: &'a TcpStream,
     to: &'a TcpStream,
-    mut reads: u32,
+    until_bulk: bool,
 ) -> impl Future<Output = Result<bool, DirError>> + use<'a, 'm> {
     async move {
-        // u32 (bytes below BURST_BYTES, 1 MiB, plus one buffer): with the
-        // u32 `reads` it takes the room one usize took.
+        // u32 (below BURST_BYTES, 1 MiB, plus one buffer): with `until_bulk`
+        // it takes the room one usize took in every copying direction.
         let mut burst = 0u32;
         loop {
-            if reads == 0 {
-                return Ok(false);
-            }
             wait_readable(flow, dir, from).await?;
             let mut buf = Buf::take();
             loop {
                 if flow.must_park(dir.from) {
-                    break;
-                }
-                if reads == 0 {
                     break;
                 }
                 if flow.parking() {
@@ -307,17 +297,14 @@ pub fn run<'a, 'm>(
                     Ok(Read::Dry(n)) => {
                         flow.read(dir.from, n, true);
                         write_all(flow, dir, to, &buf[..n]).await?;
-                        if reads != ALL_READS {
-                            reads -= 1;
-                        }
                         burst = 0;
                         break;
                     }
                     Ok(Read::More(n)) => {
                         flow.read(dir.from, n, false);
                         write_all(flow, dir, to, &buf[..n]).await?;
-                        if reads != ALL_READS {
-                            reads -= 1;
+                        if until_bulk {
+                            return Ok(false);
                         }
                         burst += n as u32;
                         if burst as usize >= BURST_BYTES {

@@ -107,28 +107,23 @@ enum Splicing {
     No,
     /// Splice through a pipe (`forward-mode splice`, `option splice-*`).
     Yes,
-    /// `auto`: copy each direction's first [`COPY_FIRST_READS`] reads, then
-    /// splice. A short flow (a connection per request) never takes a pipe
-    /// nor pays splice's extra read (a splice that empties the socket cannot
-    /// tell it from a full pipe, so it reads again to meet EAGAIN, where a
-    /// short copy read knows); a flow that lives on splices its small
-    /// messages (redis -c50, 2026-12-04: splice 99.8k requests/s against
-    /// copy's 93.3k) and its bulk at about 60 % of copy's proxy CPU per
-    /// byte. 2026-12-07, this VM, iperf3 -P 1 through `nbthread 1`, 5 s
-    /// runs: splice 12.5-13.9 Gbit/s at 0.31-0.36 s/GB, copy 10.5-13.7 at
-    /// 0.48-0.64 (HAProxy 8.4-8.8 at 0.86-0.93). Until then auto switched
-    /// to copy at the first full pipe, from a quieter host's 2026-12-04
-    /// figures (copy 19.1 Gbit/s against splice's 15.1), at copy's CPU.
-    AfterCopying,
+    /// `auto`: copy while messages are small, splice from the first read
+    /// that fills the copy buffer, and copy again from the first small
+    /// message ([`splice::SMALL_READ`]) after the socket ran dry: HAProxy's
+    /// `splice-auto` splices streamers only, for the same reason. A small
+    /// message copies in a read and a write, where splice takes two splices,
+    /// a third to meet EAGAIN (a splice that empties the socket cannot tell
+    /// it from a full pipe; a short copy read can) and a pipe lease; bulk
+    /// splices at about half of copy's proxy CPU per byte. `cargo xtask
+    /// bench`, 2026-12-07, 5 rounds, medians of proxy CPU: redis -c50 copy
+    /// 15.6 µs/request, splice 18.7 (HAProxy 16.4); new connections copy
+    /// 108 µs, splice 110; one iperf3 stream copy 0.485 s/GB, splice 0.247
+    /// (HAProxy 0.710), at 13.2 and 12.9 Gbit/s. Until 2026-12-07 `auto`
+    /// did the opposite (splice small messages, copy bulk), from a quieter
+    /// host's 2026-12-04 figures: redis -c50 spliced 7 % faster, one bulk
+    /// stream copied at 19.1 Gbit/s against splice's 15.1, at copy's CPU.
+    Auto,
 }
-
-/// Reads of each direction of an `auto` flow that are copied before it
-/// splices: a connection per request (redis-benchmark -k 0: one request,
-/// one reply, then the FINs) is over within them. 2026-12-07, this VM,
-/// `strace -c` over 5000 such connections: splicing took 8 splice calls
-/// per connection (2 of them to meet EAGAIN) and a pipe lease per
-/// direction, where copying takes 6 reads and writes (HAProxy: 6).
-pub const COPY_FIRST_READS: u32 = 4;
 
 /// How a flow is to be forwarded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,8 +132,8 @@ pub enum Plan {
     /// a proxy asks for splice). Splice takes a pipe only while bytes move
     /// and copies when the pool has none.
     Fixed(Mode),
-    /// `forward-mode auto`: copy a flow's first reads, then splice
-    /// ([`Splicing::AfterCopying`]); with `Some`,
+    /// `forward-mode auto`: copy small messages, splice bulk
+    /// ([`Splicing::Auto`]); with `Some`,
     /// promoted to the kernel once the flow shows it pays (see `promote`).
     Auto(Option<Promote>),
 }
@@ -343,7 +338,7 @@ pub fn forward<'a>(
             }
             let splice = match mode {
                 Mode::Splice => Splicing::Yes,
-                _ if auto => Splicing::AfterCopying,
+                _ if auto => Splicing::Auto,
                 _ => Splicing::No,
             };
             // Boxed like the kernel stage: the flow's own future keeps only what
@@ -363,7 +358,7 @@ pub fn forward<'a>(
                     let spliced = match splice {
                         Splicing::No => false,
                         Splicing::Yes => true,
-                        Splicing::AfterCopying => flow.spliced.get(),
+                        Splicing::Auto => flow.spliced.get(),
                     };
                     let used = if spliced && !flow.fell_back.get() {
                         Mode::Splice
@@ -738,39 +733,44 @@ fn direction<'a, 'm>(
     async move {
         copy::write_all(flow, dir, to, &initial).await?;
         drop(initial);
-        if splice == Splicing::AfterCopying
-            && copy::run(flow, dir, from, to, COPY_FIRST_READS).await?
-        {
-            return Ok(());
-        }
         if splice != Splicing::No {
-            flow.spliced.set(true);
-            let rest = {
-                let mut lease = Lease::lazy(pool);
-                loop {
-                    match splice::run(flow, dir, from, to, &mut lease).await? {
-                        splice::Exit::Done => return Ok(()),
-                        splice::Exit::ReadDry => {
-                            // Boxed, as in `copy::run`.
-                            if Box::pin(copy::read_dry(flow, dir, from, to)).await? {
-                                return Ok(());
+            loop {
+                let auto = splice == Splicing::Auto;
+                if auto && copy::run(flow, dir, from, to, true).await? {
+                    return Ok(());
+                }
+                flow.spliced.set(true);
+                let rest = {
+                    let mut lease = Lease::lazy(pool);
+                    loop {
+                        match splice::run(flow, dir, from, to, &mut lease, auto).await? {
+                            splice::Exit::Done => return Ok(()),
+                            splice::Exit::ReadDry => {
+                                // Boxed, as in `copy::run`.
+                                if Box::pin(copy::read_dry(flow, dir, from, to)).await? {
+                                    return Ok(());
+                                }
+                            }
+                            splice::Exit::Small => break None,
+                            splice::Exit::Fallback => {
+                                flow.fell_back.set(true);
+                                // The pipe is empty afterwards, and goes back
+                                // (the lease's scope ends) before copying.
+                                break Some(
+                                    splice::drain(&mut lease)
+                                        .map_err(|e| DirError::new(dir.to, e))?,
+                                );
                             }
                         }
-                        splice::Exit::Fallback => {
-                            flow.fell_back.set(true);
-                            // The pipe is empty afterwards, and goes back
-                            // (the lease's scope ends) before copying.
-                            break splice::drain(&mut lease)
-                                .map_err(|e| DirError::new(dir.to, e))?;
-                        }
                     }
+                };
+                if let Some(rest) = rest {
+                    copy::write_all(flow, dir, to, &rest).await?;
+                    break;
                 }
-            };
-            copy::write_all(flow, dir, to, &rest).await?;
+            }
         }
-        copy::run(flow, dir, from, to, copy::ALL_READS)
-            .await
-            .map(|_| ())
+        copy::run(flow, dir, from, to, false).await.map(|_| ())
     }
 }
 

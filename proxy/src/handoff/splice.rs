@@ -31,6 +31,13 @@ use super::pool::Lease;
 use super::BURST_BYTES;
 use crate::sys::{pipe as sys_pipe, sock};
 
+/// A read of fewer bytes than this into an empty pipe is a small message:
+/// with `until_small`, the direction goes back to copying once it is
+/// written and the socket is dry (copying a small message costs a read and
+/// a write; splicing it two splices, a third to meet EAGAIN, and a pipe).
+/// A bulk stream's reads on loopback are tens of KiB.
+pub const SMALL_READ: usize = 4096;
+
 /// A read filling at least MORE_NUM/MORE_DEN of the pipe marks bulk data:
 /// its write-splice carries SPLICE_F_MORE (90%, as pasta does).
 const MORE_NUM: usize = 9;
@@ -40,6 +47,17 @@ const MORE_DEN: usize = 10;
 /// copy fallback (pipes hold at most `pool::MAX_PIPE_SIZE`).
 const DRAIN_CHUNK: usize = 64 * 1024;
 
+/// The size class of a direction's last read (one byte in every splicing
+/// direction's future, not two flags).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ReadSize {
+    /// A small message into an empty pipe ([`SMALL_READ`]).
+    Small,
+    Mid,
+    /// At least MORE_NUM/MORE_DEN of the pipe.
+    Bulk,
+}
+
 /// How a splice loop ended without error.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Exit {
@@ -47,6 +65,10 @@ pub enum Exit {
     Done,
     /// splice is not usable here: drain the pipe and copy instead.
     Fallback,
+    /// A direction that splices only bulk (`until_small`) read a small
+    /// message and wrote it out: the pipe is empty and back in the pool,
+    /// the cork pushed; the caller copies until the next bulk read.
+    Small,
     /// A promotion is asked for and the socket may hold a segment a splice
     /// read took in part: the pipe is empty, the cork pushed; the caller
     /// reads the queue dry (`copy::read_dry`) and splices on.
@@ -92,6 +114,7 @@ pub fn run<'a, 'm, 'p>(
     from: &'a TcpStream,
     to: &'a TcpStream,
     lease: &'a mut Lease<'p>,
+    until_small: bool,
 ) -> impl Future<Output = Result<Exit, DirError>> + use<'a, 'm, 'p> {
     async move {
         let (from_fd, to_fd) = (from.as_fd(), to.as_fd());
@@ -100,8 +123,9 @@ pub fn run<'a, 'm, 'p>(
         // At EOF: the other direction had already ended (see `copy::eof_read`),
         // so the flow's close sends `to` its FIN and no shutdown is needed.
         let mut last = false;
-        // The bytes in the pipe came from a bulk read (>= 90% of the pipe).
-        let mut bulk = false;
+        // The last read's size: a bulk read (>= 90% of the pipe) marks the
+        // bytes in the pipe for SPLICE_F_MORE; a small one may end splicing.
+        let mut last_read = ReadSize::Mid;
         // A write-splice with SPLICE_F_MORE happened since the last push.
         let mut corked = false;
         let mut burst = 0usize;
@@ -151,8 +175,14 @@ pub fn run<'a, 'm, 'p>(
                             progressed = true;
                         }
                         Ok(Some(n)) => {
+                            last_read = if n >= cap * MORE_NUM / MORE_DEN {
+                                ReadSize::Bulk
+                            } else if held == 0 && n < SMALL_READ {
+                                ReadSize::Small
+                            } else {
+                                ReadSize::Mid
+                            };
                             lease.pending += n;
-                            bulk = n >= cap * MORE_NUM / MORE_DEN;
                             filled = lease.pending >= cap;
                             // A short splice may mean a full pipe, not an empty
                             // socket: only EAGAIN with an empty pipe is dry.
@@ -171,7 +201,7 @@ pub fn run<'a, 'm, 'p>(
 
                 if lease.pending > 0 {
                     let len = lease.pending;
-                    let more = bulk;
+                    let more = last_read == ReadSize::Bulk;
                     let write = || {
                         if injected_einval(written) {
                             return Err(io::Error::from_raw_os_error(libc::EINVAL));
@@ -237,6 +267,9 @@ pub fn run<'a, 'm, 'p>(
                 // Nothing held: the pipe goes back to the pool, and the top of
                 // the loop waits for bytes (or parks).
                 lease.idle();
+                if until_small && last_read == ReadSize::Small && !eof {
+                    return Ok(Exit::Small);
+                }
                 continue;
             } else if eof || read_ambiguous || lease.pending >= cap || !reading {
                 write_ready(to)
