@@ -271,9 +271,7 @@ pub fn run<'a, 'm>(
     until_bulk: bool,
 ) -> impl Future<Output = Result<bool, DirError>> + use<'a, 'm> {
     async move {
-        // u32 (below BURST_BYTES, 1 MiB, plus one buffer): with `until_bulk`
-        // it takes the room one usize took in every copying direction.
-        let mut burst = 0u32;
+        let mut burst = 0usize;
         loop {
             wait_readable(flow, dir, from).await?;
             let mut buf = Buf::take();
@@ -306,8 +304,8 @@ pub fn run<'a, 'm>(
                         if until_bulk {
                             return Ok(false);
                         }
-                        burst += n as u32;
-                        if burst as usize >= BURST_BYTES {
+                        burst += n;
+                        if burst >= BURST_BYTES {
                             burst = 0;
                             drop(buf);
                             crate::scheduler::yield_now().await;

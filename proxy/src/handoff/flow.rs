@@ -180,8 +180,8 @@ pub struct Flow<'m> {
     server_half: Cell<bool>,
     /// Set when a splice direction switched to copying mid-flow.
     pub fell_back: Cell<bool>,
-    /// Set when a direction of an `auto` flow began splicing (its first
-    /// reads are copied: see `handoff::Splicing::AfterCopying`).
+    /// Set when a direction began splicing (an `auto` flow copies its small
+    /// messages and splices only bulk: see `handoff::Splicing::Auto`).
     pub spliced: Cell<bool>,
     /// `auto`'s promotion state (see `handoff`'s "Promotion").
     promo: Promotion,
