@@ -74,6 +74,7 @@
 //! load).
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
@@ -95,9 +96,10 @@ pub use handover::Registry;
 pub use kernel::{Kernel, KernelInfo, DEFAULT_MAX_INFLIGHT, MIN_MAX_INFLIGHT};
 pub(crate) use watch::KSock;
 
-/// Userspace buffer for passed bytes (bounded: the rest waits in the kernel,
-/// where it closes the source's receive window). Taken by a direction only when
-/// the verdict first passes it bytes, so an idle flow holds none.
+/// Most passed bytes one read takes into a direction's `unsent` (bounded: the
+/// rest waits in the kernel, where it closes the source's receive window).
+/// `unsent` grows only when the verdict passes bytes, so an idle flow holds
+/// none.
 const PASS_BUF: usize = 256 * 1024;
 /// Poll period while bytes are moving (counters, backpressure), in ms.
 const TICK_ACTIVE_MS: u16 = 2;
@@ -693,7 +695,7 @@ fn verdict_behind(
 
 /// What a socket in the SOCKHASH has for userspace.
 enum Passed {
-    /// Bytes the verdict passed, read into the buffer.
+    /// Bytes the verdict passed, appended to the direction's `unsent`.
     Data(usize),
     /// The peer's FIN, with nothing passed left to read.
     Eof,
@@ -707,16 +709,20 @@ enum Passed {
 /// partly there would later meet the verdict whole and be sent twice. EOF
 /// and unprocessed bytes are told apart with a peek, which consumes nothing.
 /// `WouldBlock` when there is nothing at all (so readiness is cleared).
-fn read_passed(from: &KSock, buf: &mut Vec<u8>) -> io::Result<Passed> {
+///
+/// The bytes go straight to the end of `unsent` (at most [`PASS_BUF`] per
+/// read): no buffer of the direction's own, which every kernel flow's future
+/// would hold room for.
+fn read_passed(from: &KSock, unsent: &RefCell<Vec<u8>>) -> io::Result<Passed> {
     let fd = from.as_fd();
     let queued = sock::inq(fd)?;
     if queued > 0 {
-        if buf.is_empty() {
-            // calloc: the pages are touched only as bytes land in them.
-            *buf = vec![0u8; PASS_BUF];
-        }
-        let want = queued.min(buf.len());
-        let n = sock::recv_nowait(fd, &mut buf[..want], false)?;
+        let mut unsent = unsent.borrow_mut();
+        let at = unsent.len();
+        unsent.resize(at + queued.min(PASS_BUF), 0);
+        let got = sock::recv_nowait(fd, &mut unsent[at..], false);
+        unsent.truncate(at + *got.as_ref().unwrap_or(&0));
+        let n = got?;
         return Ok(if n == 0 { Passed::Eof } else { Passed::Data(n) });
     }
     match sock::recv_nowait(fd, &mut [0u8; 1], true)? {
@@ -810,120 +816,122 @@ async fn forward_unsent(
 /// Watch one direction of an inserted flow until EOF was propagated. Its
 /// state lives in `st` (see [`DirState`]); a direction already finished
 /// returns at once.
-pub(crate) async fn run(
-    flow: &Flow<'_>,
-    ins: &Inserted,
+///
+/// Not an `async fn`: it would store its arguments twice in every kernel
+/// flow's future, once per direction (see "Memory of an idle flow" in
+/// docs/architecture.md).
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn run<'a, 'm>(
+    flow: &'a Flow<'m>,
+    ins: &'a Inserted,
     dir: Dir,
-    from: &KSock,
-    to: &KSock,
-    st: &DirState,
-) -> Result<(), DirError> {
-    if st.done.get() {
-        return Ok(());
-    }
-    // Empty until the first passed bytes (`read_passed`).
-    let mut buf = Vec::new();
-    let mut eof_waits = 0u32;
-    loop {
-        if !st.unsent.borrow().is_empty() {
-            // Passed bytes: never ahead of redirected ones.
-            // Boxed, as the drain below: rare, and not every idle flow's room.
-            Box::pin(forward_unsent(flow, ins, dir, to, st)).await?;
-            st.activate(flow);
-            continue;
+    from: &'a KSock,
+    to: &'a KSock,
+    st: &'a DirState,
+) -> impl Future<Output = Result<(), DirError>> + use<'a, 'm> {
+    async move {
+        if st.done.get() {
+            return Ok(());
         }
-        // The counters and the bound are the flow's tick's ([`Ticker`]).
-        // Read first, wait only on `WouldBlock`: the watch is edge-triggered.
-        match read_passed(from, &mut buf) {
-            Ok(Passed::Eof) => {
-                // EOF can be visible before the last passed bytes: a
-                // passed segment queues behind the psock's backlog and
-                // a kworker moves it to the socket later. No verdict
-                // runs after FIN, so the kernel's passed count is final.
-                if passed(ins, dir)? > st.read.get() {
-                    pause().await;
-                    continue;
-                }
-                // The FIN can also be visible before the verdict has
-                // run over the data TCP received ahead of it (seen in
-                // tests: half a flow's bytes redirected only after
-                // EOF was read). Draining then would compare against
-                // a redirected count that is not final yet, and the
-                // FIN would overtake redirected bytes.
-                if verdict_behind(ins, flow, dir, from, st)? {
-                    if eof_waits == 0 {
-                        ins.kernel.note_eof_catchup();
-                    }
-                    eof_waits += 1;
-                    if eof_waits <= EOF_CATCHUP_POLLS {
+        let mut eof_waits = 0u32;
+        loop {
+            if !st.unsent.borrow().is_empty() {
+                // Passed bytes: never ahead of redirected ones.
+                // Boxed, as the drain below: rare, and not every idle flow's room.
+                Box::pin(forward_unsent(flow, ins, dir, to, st)).await?;
+                st.activate(flow);
+                continue;
+            }
+            // The counters and the bound are the flow's tick's ([`Ticker`]).
+            // Read first, wait only on `WouldBlock`: the watch is edge-triggered.
+            // `unsent` is empty here: the bytes read are at its start.
+            match read_passed(from, &st.unsent) {
+                Ok(Passed::Eof) => {
+                    // EOF can be visible before the last passed bytes: a
+                    // passed segment queues behind the psock's backlog and
+                    // a kworker moves it to the socket later. No verdict
+                    // runs after FIN, so the kernel's passed count is final.
+                    if passed(ins, dir)? > st.read.get() {
                         pause().await;
                         continue;
                     }
-                    tracing::warn!(
+                    // The FIN can also be visible before the verdict has
+                    // run over the data TCP received ahead of it (seen in
+                    // tests: half a flow's bytes redirected only after
+                    // EOF was read). Draining then would compare against
+                    // a redirected count that is not final yet, and the
+                    // FIN would overtake redirected bytes.
+                    if verdict_behind(ins, flow, dir, from, st)? {
+                        if eof_waits == 0 {
+                            ins.kernel.note_eof_catchup();
+                        }
+                        eof_waits += 1;
+                        if eof_waits <= EOF_CATCHUP_POLLS {
+                            pause().await;
+                            continue;
+                        }
+                        tracing::warn!(
                         ?dir,
                         "sockmap: the verdict did not catch up with the bytes received before EOF"
                     );
-                }
-                flow.shut(dir.from);
-                Box::pin(drain(flow, ins, dir, to, st)).await?;
-                tracing::debug!(
-                    ?dir,
-                    redirected = ins.seen(dir.from).get(),
-                    passed = st.read.get(),
-                    written = st.written.get(),
-                    kicks = st.kicks.get(),
-                    "sockmap direction drained at EOF"
-                );
-                check_totals(ins, dir, from, to, st);
-                copy::propagate_eof(flow, dir, to)?;
-                st.done.set(true);
-                return Ok(());
-            }
-            Ok(Passed::Unprocessed) => {
-                // Bytes in the TCP receive queue that no verdict has
-                // seen yet: never read them (the verdict would later
-                // take the same segment whole); make it run instead.
-                st.kicks.set(st.kicks.get() + 1);
-                sock::set_rcvlowat(from.as_fd(), 1).map_err(|e| DirError::new(dir.from, e))?;
-                pause().await;
-            }
-            Ok(Passed::Data(n)) => {
-                // Held in `st` until written: a hand-over between the
-                // read and the write carries them along. A range the
-                // verdict marked as repeated is dropped here (the
-                // marking precedes the bytes: it is written before
-                // the verdict hands the segment over).
-                flow.touch(dir.from);
-                let at = st.read.get();
-                let (a, b) = match ins.kernel.bpf().stats(ins.cookie(dir.from)) {
-                    Ok(k) => skip_within(at, n, k.skip_at, k.skip_len),
-                    Err(_) => (n, n),
-                };
-                {
-                    let mut unsent = st.unsent.borrow_mut();
-                    unsent.extend_from_slice(&buf[..a]);
-                    unsent.extend_from_slice(&buf[b..n]);
-                }
-                if b > a {
-                    st.skipped.set(st.skipped.get() + (b - a) as u64);
+                    }
+                    flow.shut(dir.from);
+                    Box::pin(drain(flow, ins, dir, to, st)).await?;
                     tracing::debug!(
                         ?dir,
-                        bytes = b - a,
-                        "sockmap: repeated bytes the verdict passed were dropped"
+                        redirected = ins.seen(dir.from).get(),
+                        passed = st.read.get(),
+                        written = st.written.get(),
+                        kicks = st.kicks.get(),
+                        "sockmap direction drained at EOF"
                     );
+                    check_totals(ins, dir, from, to, st);
+                    copy::propagate_eof(flow, dir, to)?;
+                    st.done.set(true);
+                    return Ok(());
                 }
-                st.read.set(at + n as u64);
+                Ok(Passed::Unprocessed) => {
+                    // Bytes in the TCP receive queue that no verdict has
+                    // seen yet: never read them (the verdict would later
+                    // take the same segment whole); make it run instead.
+                    st.kicks.set(st.kicks.get() + 1);
+                    sock::set_rcvlowat(from.as_fd(), 1).map_err(|e| DirError::new(dir.from, e))?;
+                    pause().await;
+                }
+                Ok(Passed::Data(n)) => {
+                    // Held in `st` until written: a hand-over between the
+                    // read and the write carries them along. A range the
+                    // verdict marked as repeated is dropped here (the
+                    // marking precedes the bytes: it is written before
+                    // the verdict hands the segment over).
+                    flow.touch(dir.from);
+                    let at = st.read.get();
+                    let (a, b) = match ins.kernel.bpf().stats(ins.cookie(dir.from)) {
+                        Ok(k) => skip_within(at, n, k.skip_at, k.skip_len),
+                        Err(_) => (n, n),
+                    };
+                    if b > a {
+                        st.unsent.borrow_mut().drain(a..b);
+                        st.skipped.set(st.skipped.get() + (b - a) as u64);
+                        tracing::debug!(
+                            ?dir,
+                            bytes = b - a,
+                            "sockmap: repeated bytes the verdict passed were dropped"
+                        );
+                    }
+                    st.read.set(at + n as u64);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Nothing to read: the psock signals every segment its
+                    // verdict takes, redirected ones too (see `watch`). Bytes
+                    // move, so the tick is the fast one; and a direction in its
+                    // steady state stops listening for data.
+                    st.activate(flow);
+                    quiet_if_steady(flow, ins, dir, from, st)?;
+                    from.watch().readable().await;
+                }
+                Err(e) => return Err(DirError::new(dir.from, e)),
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                // Nothing to read: the psock signals every segment its
-                // verdict takes, redirected ones too (see `watch`). Bytes
-                // move, so the tick is the fast one; and a direction in its
-                // steady state stops listening for data.
-                st.activate(flow);
-                quiet_if_steady(flow, ins, dir, from, st)?;
-                from.watch().readable().await;
-            }
-            Err(e) => return Err(DirError::new(dir.from, e)),
         }
     }
 }
