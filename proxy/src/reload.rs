@@ -57,7 +57,8 @@
 //! which has one owner at every instant:
 //!
 //! 1. **Quiesce.** A flow task answers the request only at its own select
-//!    point, by dropping both direction futures. Every piece of a direction's
+//!    point, by dropping both direction futures (the request wakes it through
+//!    the watch its sockets are in: `sockmap::watch::wake_all`). Every piece of a direction's
 //!    state lives outside its future (`sockmap::DirState`: cells), and each
 //!    field is updated right after the syscall it accounts for, with no await
 //!    in between: `read` and `unsent` right after the `recv` that took passed

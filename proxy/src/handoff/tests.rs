@@ -1264,13 +1264,15 @@ async fn kernel_round_trips_do_not_wake_the_flow_per_message() {
 }
 
 /// Bound on a kernel flow's boxed stage (`run_kernel`'s future): every idle
-/// sockmap flow holds it. 1072 B since 2026-12-07 (1384 before: the sockets
+/// sockmap flow holds it. 968 B since 2026-12-07 (1384 before: the sockets
 /// moved into the watch before its `async move` block, the direction futures
 /// stopped storing their arguments twice and their pass buffer, the driver
-/// lost its wrapping block, and the hand-over membership borrows the kernel);
-/// forced sockmap's idle flows went from 3.58 to 3.38
-/// KiB in the bench's `idle` scenario. A change that grows it must say why here.
-const KERNEL_FUTURE_MAX: usize = 1072;
+/// lost its wrapping block, the hand-over membership borrows the kernel, and
+/// a hand-over request reaches the flow through its watch instead of a
+/// `Notify` wait); forced sockmap's idle flows went from 3.58 to 3.25 KiB in
+/// the bench's `idle` scenario (HAProxy 3.30). A change that grows it must say
+/// why here.
+const KERNEL_FUTURE_MAX: usize = 968;
 
 /// The size of what `f` returns, without calling it (a kernel stage needs an
 /// inserted pair, which needs BPF; its size does not).

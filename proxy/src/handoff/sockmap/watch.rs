@@ -26,7 +26,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 
 use slab::Slab;
@@ -44,6 +44,10 @@ const FAIL: u32 = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
 thread_local! {
     static CURRENT: RefCell<Option<Arc<Watch>>> = const { RefCell::new(None) };
 }
+
+/// Every thread's watch, for [`wake_all`] (a watch whose thread is gone is
+/// pruned when the next one is made).
+static WATCHES: Mutex<Vec<Weak<Watch>>> = Mutex::new(Vec::new());
 
 /// One thread's epoll and its registrations.
 struct Watch {
@@ -107,6 +111,11 @@ impl Watch {
                 next_gen: AtomicU32::new(0),
             });
             spawn_dispatch(w.clone());
+            {
+                let mut all = WATCHES.lock().unwrap_or_else(|e| e.into_inner());
+                all.retain(|w| w.strong_count() > 0);
+                all.push(Arc::downgrade(&w));
+            }
             *c = Some(w.clone());
             Ok(w)
         })
@@ -166,6 +175,31 @@ impl Watch {
             }
         }
         Ok(n == EVENTS_PER_WAIT)
+    }
+}
+
+/// Fire the reader and the writer of every socket in every thread's watch:
+/// each kernel flow's task is polled again soon after (a spurious wake to its
+/// directions, which read, meet `WouldBlock` and wait again). How a kernel
+/// flow learns of a hand-over request without a wait of its own in its
+/// future (`handover::Member::requested`): every kernel flow waits on its
+/// sockets' slots here, or on its tick.
+pub(crate) fn wake_all() {
+    let watches: Vec<Arc<Watch>> = WATCHES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    let mut wake = Vec::new();
+    for w in &watches {
+        for (_, slot) in w.slots().iter_mut() {
+            slot.reader.fire(&mut wake);
+            slot.writer.fire(&mut wake);
+        }
+    }
+    for waker in wake {
+        waker.wake();
     }
 }
 
