@@ -526,3 +526,92 @@ fn the_systemd_unit_verifies_and_bounds_capabilities_to_the_readme_s() {
         about_unit.join("\n")
     );
 }
+
+/// A kernel flow whose client sent a PROXY header (`accept-proxy`), handed
+/// over: the header was read by the first process and never forwarded, and the
+/// successor's count check at EOF (what TCP received against what went
+/// through the verdict) must still agree.
+#[test]
+fn a_kernel_flow_behind_a_proxy_header_is_handed_over_with_agreeing_counts() {
+    if !bpf_wanted() {
+        return;
+    }
+    if !bpffs_mounted() {
+        assert!(
+            std::env::var_os("SHUNT_REQUIRE_BPF").is_none(),
+            "the BPF filesystem is not mounted at /sys/fs/bpf (cargo xtask setup mounts it)"
+        );
+        eprintln!("!!!!! SKIPPED: no BPF filesystem at /sys/fs/bpf (cargo xtask setup mounts it)");
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind backend");
+    let server = listener.local_addr().expect("addr");
+    let shared = TempDir::new("reload-proxy-header");
+    let port = free_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let cfg = [
+        reload_global(shared.path(), true, ""),
+        tcp_defaults("30s"),
+        format!("frontend fe\n    bind 127.0.0.1:{port} accept-proxy\n    default_backend be\n\n"),
+        backend("be", server),
+    ]
+    .concat();
+    let sock = shared.path().join("admin.sock");
+    let mut old = Shunt::start(&cfg, &["--forward-mode", "sockmap"]);
+    let mut c = connect(addr);
+    c.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    c.write_all(b"PROXY TCP4 192.0.2.1 192.0.2.2 40000 80\r\nhello")
+        .expect("send");
+    let (mut s, _) = listener.accept().expect("accept");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let turn = |from: &mut std::net::TcpStream, to: &mut std::net::TcpStream, what: &[u8]| {
+        from.write_all(what).expect("write");
+        let mut got = vec![0u8; what.len()];
+        to.read_exact(&mut got).expect("read");
+        assert_eq!(got, what, "bytes through the flow");
+    };
+    let mut got = [0u8; 5];
+    s.read_exact(&mut got).expect("first bytes");
+    assert_eq!(&got, b"hello", "the PROXY header is not forwarded");
+    turn(&mut s, &mut c, b"world");
+
+    let old_pid = old.pid().to_string();
+    let sock_s = sock.display().to_string();
+    let new = Shunt::start(
+        &cfg,
+        &[
+            "--forward-mode",
+            "sockmap",
+            "-x",
+            sock_s.as_str(),
+            "-sf",
+            old_pid.as_str(),
+        ],
+    );
+    let log = plain(&new.stderr());
+    assert!(
+        log.contains("took the kernel flows of the old process") && log.contains("flows=1"),
+        "the new process did not adopt the flow:\n{log}\nold:\n{}",
+        plain(&old.stderr())
+    );
+    assert_eq!(old.wait(Duration::from_secs(5)), Some(0), "old process");
+
+    turn(&mut c, &mut s, b"again");
+    turn(&mut s, &mut c, b"back!");
+    c.shutdown(Shutdown::Write).expect("client FIN");
+    assert_eq!(s.read(&mut got).expect("server reads EOF"), 0);
+    s.shutdown(Shutdown::Write).expect("server FIN");
+    assert_eq!(c.read(&mut got).expect("client reads EOF"), 0);
+    let t0 = Instant::now();
+    while show_info(&sock).get("CurrConns").map(String::as_str) != Some("0") {
+        assert!(t0.elapsed() < PROGRESS_LIMIT, "the flow is still open");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = plain(&new.stderr());
+    assert!(
+        !log.contains("sockmap byte counts disagree"),
+        "the adopted flow's counts disagreed at EOF:\n{log}"
+    );
+}

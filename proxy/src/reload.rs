@@ -273,11 +273,17 @@ pub fn fetch_sockets(path: &Path) -> Result<Vec<OwnedFd>, ReloadError> {
 // Kernel flows across a reload (`_getflows`).
 // ---------------------------------------------------------------------------
 
-/// Tag of every flow record (`SHUNTFL1`): a peer speaking another layout is
-/// refused instead of misread.
-const FLOW_MAGIC: u64 = 0x5348_554e_5446_4c31;
+/// Tag of a flow record of the first layout (`SHUNTFL1`), which a predecessor
+/// built before 2026-12-07 sends: read, its `read_before` estimated from the
+/// totals. A peer speaking any other layout is refused instead of misread.
+const FLOW_MAGIC_V1: u64 = 0x5348_554e_5446_4c31;
+/// Tag of every flow record sent now (`SHUNTFL2`): the first layout and two
+/// words more, each source's bytes read before insertion.
+const FLOW_MAGIC: u64 = 0x5348_554e_5446_4c32;
+/// 64-bit words of a record of the first layout, the first words of every record.
+const RECORD_WORDS_V1: usize = 35;
 /// 64-bit words of one flow record (see [`encode_flow`]).
-const RECORD_WORDS: usize = 35;
+const RECORD_WORDS: usize = RECORD_WORDS_V1 + 2;
 /// Bytes of one flow record.
 const RECORD_LEN: usize = RECORD_WORDS * 8;
 /// Longest proxy or server name carried with a flow.
@@ -321,8 +327,9 @@ fn put_u64(out: &mut Vec<u8>, v: u64) {
 /// Words: magic; both cookies; client and server baselines (acked, queued,
 /// received); redirected bytes accounted per source; per direction
 /// (client-to-server first) written, read, passed_ack, redirect_limit,
-/// ready, paused, kicks, done, unsent length; the flow's byte totals; then
-/// whether names follow and their three lengths.
+/// ready, paused, kicks, done, unsent length; the flow's byte totals;
+/// whether names follow and their three lengths; then the bytes of each source
+/// (client, server) read before insertion (`Snapshot::read_before`).
 fn encode_flow(
     h: &crate::handoff::sockmap::Handed,
     names: Option<[&str; 3]>,
@@ -366,6 +373,9 @@ fn encode_flow(
         put_u64(&mut rec, n.len() as u64);
         trailer.extend_from_slice(n);
     }
+    for v in s.read_before {
+        put_u64(&mut rec, v);
+    }
     debug_assert_eq!(rec.len(), RECORD_LEN);
     (rec, trailer)
 }
@@ -390,9 +400,11 @@ fn decode_record(rec: &[u8]) -> Result<Record, String> {
             u64::from_ne_bytes(b)
         })
         .collect();
-    if words.len() != RECORD_WORDS || words[0] != FLOW_MAGIC {
-        return Err("not a shunt flow record".into());
-    }
+    let v1 = match (words.first(), words.len()) {
+        (Some(&FLOW_MAGIC), RECORD_WORDS) => false,
+        (Some(&FLOW_MAGIC_V1), RECORD_WORDS_V1) => true,
+        _ => return Err("not a shunt flow record".into()),
+    };
     let mut w = words[1..].iter().copied();
     let mut next = || w.next().unwrap_or(0);
     let (cookie_client, cookie_server) = (next(), next());
@@ -434,6 +446,17 @@ fn decode_record(rec: &[u8]) -> Result<Record, String> {
             .filter(|n| *n <= NAME_MAX)
             .ok_or("name over the bound")?;
     }
+    let read_before = if v1 {
+        // What went through the verdict is known; what was read and never
+        // forwarded (a PROXY header) is not: the count check may then warn.
+        let mut dirs = dirs.clone();
+        for (d, n) in dirs.iter_mut().zip(unsent) {
+            d.unsent = vec![0; n];
+        }
+        crate::handoff::sockmap::read_before_estimate(seen, &dirs, (to_server, to_client))
+    } else {
+        [next(), next()]
+    };
     Ok(Record {
         snap: Snapshot {
             cookie_client,
@@ -442,6 +465,7 @@ fn decode_record(rec: &[u8]) -> Result<Record, String> {
             base_server,
             seen,
             dirs,
+            read_before,
         },
         to_server,
         to_client,
@@ -773,9 +797,13 @@ fn recv_flow(stream: &mut UnixStream) -> Result<AdoptedFlow, FlowRecvError> {
     let mut rec = vec![0u8; RECORD_LEN];
     let mut have = 0usize;
     let mut fds: Vec<OwnedFd> = Vec::new();
-    while have < RECORD_LEN {
+    // The first layout's length first (a prefix of the current one): the
+    // magic then tells whether the record goes on.
+    while have < RECORD_WORDS_V1 * 8 {
         let mut cmsg_buf = nix::cmsg_space!([RawFd; 2]);
-        let mut iov = [std::io::IoSliceMut::new(&mut rec[have..])];
+        let mut iov = [std::io::IoSliceMut::new(
+            &mut rec[have..RECORD_WORDS_V1 * 8],
+        )];
         let msg = recvmsg::<()>(
             stream.as_raw_fd(),
             &mut iov,
@@ -803,6 +831,13 @@ fn recv_flow(stream: &mut UnixStream) -> Result<AdoptedFlow, FlowRecvError> {
             ));
         }
         have += msg.bytes;
+    }
+    if rec[..8] == FLOW_MAGIC_V1.to_ne_bytes() {
+        rec.truncate(RECORD_WORDS_V1 * 8);
+    } else {
+        stream
+            .read_exact(&mut rec[RECORD_WORDS_V1 * 8..])
+            .map_err(FlowRecvError::Io)?;
     }
     let r = decode_record(&rec).map_err(FlowRecvError::Proto)?;
     if fds.len() != 2 {
@@ -1013,4 +1048,89 @@ async fn run_adopted(
     let out = crate::handoff::resume(kernel, client, server, snap, prior, timeouts, &meter).await;
     crate::runtime::flow::account_end(&state, &out, log.as_mut(), ctrs);
     tracing::debug!(%peer, to_server = out.to_server, to_client = out.to_client, end = ?out.end, "adopted flow closed");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handoff::sockmap::{DirSnapshot, Handed, Snapshot};
+    use crate::sys::sock::SendState;
+
+    fn handed() -> Handed {
+        let fd = || std::fs::File::open("/dev/null").expect("/dev/null").into();
+        let dir = |w: u64, r: u64, unsent: &[u8]| DirSnapshot {
+            written: w,
+            read: r,
+            ctl: proxy_common::FlowCtl {
+                passed_ack: r,
+                redirect_limit: 1 << 20,
+                ready: 1,
+                paused: 0,
+            },
+            kicks: 2,
+            done: false,
+            unsent: unsent.to_vec(),
+        };
+        Handed {
+            snap: Snapshot {
+                cookie_client: 11,
+                cookie_server: 12,
+                base_client: SendState {
+                    acked: 1,
+                    queued: 2,
+                    received: 46,
+                },
+                base_server: SendState {
+                    acked: 4,
+                    queued: 5,
+                    received: 6,
+                },
+                seen: [1000, 2000],
+                dirs: [dir(7, 10, b"abc"), dir(0, 0, b"")],
+                read_before: [46, 0],
+            },
+            client: fd(),
+            server: fd(),
+            to_server: 1012,
+            to_client: 2000,
+            route: None,
+        }
+    }
+
+    #[test]
+    fn a_flow_record_carries_what_was_read_before_insertion() {
+        let h = handed();
+        let (rec, trailer) = encode_flow(&h, Some(["fe", "be", "s1"]));
+        assert_eq!(rec.len(), RECORD_LEN);
+        let r = decode_record(&rec).expect("decode");
+        let mut snap = r.snap;
+        for (d, n) in snap.dirs.iter_mut().zip(r.unsent) {
+            d.unsent = trailer[..n].to_vec();
+        }
+        assert_eq!(r.unsent, [3, 0]);
+        assert_eq!(snap.dirs[0].unsent, b"abc");
+        assert_eq!(snap, h.snap, "the snapshot, read_before included");
+        assert_eq!((r.to_server, r.to_client), (h.to_server, h.to_client));
+        assert_eq!(r.names, Some([2, 2, 2]));
+    }
+
+    /// A predecessor of the first layout: its record (without the two words)
+    /// is read, and what went through userspace before insertion is estimated
+    /// from the totals, short by what was never forwarded (here a 41-byte
+    /// PROXY header: 46 read before, 5 of them forwarded).
+    #[test]
+    fn a_record_of_the_first_layout_is_read_with_the_estimate() {
+        let h = handed();
+        let (mut rec, _) = encode_flow(&h, None);
+        rec.truncate(RECORD_WORDS_V1 * 8);
+        rec[..8].copy_from_slice(&FLOW_MAGIC_V1.to_ne_bytes());
+        let r = decode_record(&rec).expect("decode the first layout");
+        // client: 1012 forwarded, 1000 redirected and 10 - 3 passed written.
+        assert_eq!(r.snap.read_before, [5, 0]);
+        assert_eq!(r.snap.seen, h.snap.seen);
+        // Any other tag or length is refused.
+        rec[..8].copy_from_slice(&FLOW_MAGIC.to_ne_bytes());
+        assert!(decode_record(&rec).is_err());
+        assert!(decode_record(&rec[..8]).is_err());
+    }
 }

@@ -633,7 +633,7 @@ pub async fn resume(
     meter: &dyn Meter,
 ) -> Outcome {
     let flow = Flow::new(meter);
-    let ins = match sockmap::Inserted::adopt(kernel, &client, &server, &handed, prior) {
+    let ins = match sockmap::Inserted::adopt(kernel, &client, &server, &handed) {
         Ok(i) => i,
         Err(e) => {
             tracing::warn!(error = %e, "cannot adopt a kernel flow: closing it");

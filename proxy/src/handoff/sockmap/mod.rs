@@ -490,19 +490,38 @@ pub struct Snapshot {
     pub seen: [u64; 2],
     /// Client-to-server, then server-to-client.
     pub dirs: [DirSnapshot; 2],
+    /// Bytes of each source's stream (client, server) that never met the
+    /// verdict: read by userspace before the pair was inserted, forwarded or
+    /// not (a PROXY header is read and never forwarded). What the count check
+    /// at EOF takes off what TCP received (`check_totals`).
+    pub read_before: [u64; 2],
+}
+
+/// What the predecessor forwarded that did not go through the verdict, from
+/// its totals (`prior`) less the redirected bytes and the passed bytes written:
+/// the estimate for a snapshot that does not carry `read_before` (a record of
+/// the first hand-over layout). Short by what was read and never forwarded.
+pub fn read_before_estimate(
+    seen: [u64; 2],
+    dirs: &[DirSnapshot; 2],
+    prior: (u64, u64),
+) -> [u64; 2] {
+    [0, 1].map(|i| {
+        let d = &dirs[i];
+        let through = seen[i] + d.read.saturating_sub(d.unsent.len() as u64);
+        [prior.0, prior.1][i].saturating_sub(through)
+    })
 }
 
 impl Inserted {
     /// Continue a pair another process inserted (its entries are in the
     /// pinned maps): checks that the sockets are the ones the keys name and
-    /// that the maps hold the pair. `prior` is what the earlier processes
-    /// forwarded each way.
+    /// that the maps hold the pair.
     pub(crate) fn adopt(
         kernel: &Arc<Kernel>,
         client: &TcpStream,
         server: &TcpStream,
         snap: &Snapshot,
-        prior: (u64, u64),
     ) -> Result<Inserted, io::Error> {
         let bpf = kernel.bpf();
         let cc = crate::bpf::socket_cookie(client.as_fd())?;
@@ -524,14 +543,8 @@ impl Inserted {
             seen: [Cell::new(snap.seen[0]), Cell::new(snap.seen[1])],
             armed: Cell::new(true),
             pre_read: None,
-            // What the earlier processes forwarded that did not go through
-            // the verdict: their totals minus the redirected bytes and the
-            // passed bytes written (read, less what was still unsent).
-            read_before: [0, 1].map(|i| {
-                let d = &snap.dirs[i];
-                let through = snap.seen[i] + d.read.saturating_sub(d.unsent.len() as u64);
-                [prior.0, prior.1][i].saturating_sub(through)
-            }),
+            // As the inserting process counted it (carried by every hand-over).
+            read_before: snap.read_before,
         })
     }
 
@@ -551,6 +564,7 @@ impl Inserted {
             base_server: self.base_server,
             seen: [self.seen[0].get(), self.seen[1].get()],
             dirs: [c2s.snapshot(), s2c.snapshot()],
+            read_before: self.read_before,
         }
     }
 }
