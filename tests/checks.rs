@@ -293,3 +293,53 @@ fn tcp_check_expect_times_out() {
         " at step 1 of tcp-check (expect string 'hello')"
     );
 }
+
+/// While a check runs, `show stat` puts `* ` before the last status, as
+/// HAProxy does (`CHK_ST_INPROGRESS`): `* INI` during the first check, then
+/// the last result with the mark while the next one runs.
+#[test]
+fn a_running_check_is_marked_in_show_stat() {
+    let silent = Server::start(|mut s| {
+        let mut b = [0u8; 64];
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        while matches!(s.read(&mut b), Ok(n) if n > 0) {}
+    });
+    let port = free_port();
+    let cfg = config(
+        port,
+        &format!(
+            "    timeout check 1500ms\n    option tcp-check\n    tcp-check expect string hello\n    server s1 {} check inter 100ms fall 1\n",
+            silent.addr
+        ),
+    );
+    let sh = Shunt::start(&cfg, &[]);
+    let status = || {
+        show_stat_raw(&sh.sock())
+            .into_iter()
+            .find(|r| r["pxname"] == "be" && r["svname"] == "s1")
+            .map(|r| r["check_status"].clone())
+            .unwrap_or_default()
+    };
+    let mut seen = Vec::new();
+    let t0 = Instant::now();
+    for want in ["* INI", "* L7TOUT"] {
+        while !seen.iter().any(|s: &String| s == want) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "never saw {want:?}; saw {seen:?}\nstderr:\n{}",
+                sh.stderr()
+            );
+            let s = status();
+            if seen.last() != Some(&s) {
+                seen.push(s);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // The result itself, between checks, comes without the mark.
+    assert!(
+        seen.iter()
+            .all(|s| s.starts_with("* ") || s == "L7TOUT" || s == "INI"),
+        "unexpected statuses: {seen:?}"
+    );
+}

@@ -349,8 +349,24 @@ pub fn cli(sock: &Path, cmd: &str) -> String {
     stats::command(sock, cmd, bounds).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
-/// `show stat` as rows of (pxname, svname) → column → value.
+/// `show stat` as rows of (pxname, svname) → column → value. `check_status`
+/// comes without the `* ` that marks a check running at that instant (HAProxy's
+/// marker, which [`show_stat_raw`] keeps): tests wait for a status, whether or
+/// not the next check has started.
 pub fn show_stat(sock: &Path) -> Vec<HashMap<String, String>> {
+    let mut rows = show_stat_raw(sock);
+    for r in &mut rows {
+        if let Some(v) = r.get_mut("check_status") {
+            if let Some(rest) = v.strip_prefix("* ") {
+                *v = rest.to_string();
+            }
+        }
+    }
+    rows
+}
+
+/// `show stat` as rows of (pxname, svname) → column → value, as sent.
+pub fn show_stat_raw(sock: &Path) -> Vec<HashMap<String, String>> {
     stats::parse_show_stat(&cli(sock, "show stat"))
         .unwrap_or_else(|e| panic!("{e:#}"))
         .into_iter()

@@ -907,7 +907,7 @@ fn check_results(
     let t0 = Instant::now();
     let mut seen: Vec<Option<(String, String, String)>> = vec![None; CHECK_CASES.len()];
     loop {
-        let rows = show_stat(sock);
+        let rows = show_stat_raw(sock);
         let mut last = Vec::new();
         for (c, slot) in CHECK_CASES.iter().zip(seen.iter_mut()) {
             let (px, sv, status, _, up) = *c;

@@ -25,6 +25,7 @@ pub async fn run(t: Arc<Target>, first: Duration) {
         // and after `disable health`.
         if !t.server.is_maint() && t.server.checked() {
             let started = Instant::now();
+            t.server.check_started();
             let out = match &t.rules {
                 Some(rules) => probe::tcp_check(&t, rules).await,
                 None => probe::connect_check(&t).await,

@@ -523,18 +523,20 @@ fn server_row(ctx: &Ctx, bi: usize, si: usize, uptime: u64) -> Row {
     r.set(col::SAFE_CONN_CUR, rt.pool.idle_cur());
     r.set(col::DASH, "-");
     if cfg.check.enabled {
-        // The last health check, as HAProxy's stats show it: `INI` before the first.
+        // The last health check, as HAProxy's stats show it: `INI` before the first,
+        // and `* ` before the status while a check runs.
         let rep = rt.check_report();
         r.set(col::CHKFAIL, rt.chkfail());
         r.set(col::CHKDOWN, rt.chkdown());
         r.set(col::DOWNTIME, rt.downtime().as_secs());
+        let running = if rep.in_progress { "* " } else { "" };
         match rep.status {
             None => {
-                r.set(col::CHECK_STATUS, "INI");
+                r.set(col::CHECK_STATUS, format!("{running}INI"));
                 r.set(col::CHECK_DESC, "Initializing");
             }
             Some(st) => {
-                r.set(col::CHECK_STATUS, st.info());
+                r.set(col::CHECK_STATUS, format!("{running}{}", st.info()));
                 r.set(col::CHECK_DESC, st.desc());
                 if st.has_code() {
                     r.set(col::CHECK_CODE, rep.code.unwrap_or(0));

@@ -52,6 +52,9 @@ pub struct CheckReport {
     pub down_since: Option<Instant>,
     /// Total time spent DOWN in earlier periods.
     pub downtime: Duration,
+    /// A health check is running now (HAProxy's `CHK_ST_INPROGRESS`: `show
+    /// stat` puts `* ` before the last status meanwhile).
+    pub in_progress: bool,
 }
 
 use arc_swap::ArcSwap;
@@ -309,6 +312,7 @@ impl ServerRt {
                 last_change: Instant::now(),
                 down_since: None,
                 downtime: Duration::ZERO,
+                in_progress: false,
             }),
             stopping: AtomicBool::new(false),
             check_disabled: AtomicBool::new(false),
@@ -809,6 +813,16 @@ impl ServerRt {
         r.desc.clear();
         r.desc.push_str(desc);
         r.last_check = Some(Instant::now());
+        r.in_progress = false;
+    }
+
+    /// A health check starts; [`Self::record_check`] ends it (a check aborted
+    /// with its task leaves it set: the server is gone then).
+    pub fn check_started(&self) {
+        self.report
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .in_progress = true;
     }
 
     /// Change the operational state (UP/DOWN) as a check decided: sets the health
