@@ -268,23 +268,30 @@ fn agent_drain_weight_and_maint() {
     assert_eq!(r["weight"], "10");
 }
 
-/// A check against a port that accepts but never answers times out with L7TOUT.
-#[test]
-fn tcp_check_expect_times_out() {
+/// A server that accepts and never answers, and a configuration whose check of
+/// it (`tcp-check expect string hello`, every 100 ms) times out after
+/// `timeout_check`; the server must live as long as the test.
+fn silent_check(timeout_check: &str) -> (Server, String) {
     let silent = Server::start(|mut s| {
         let mut b = [0u8; 64];
         // Hold the connection until the checker gives up.
-        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
         while matches!(s.read(&mut b), Ok(n) if n > 0) {}
     });
-    let port = free_port();
     let cfg = config(
-        port,
+        free_port(),
         &format!(
-            "    timeout check 200ms\n    option tcp-check\n    tcp-check expect string hello\n    server s1 {} check inter 100ms fall 1\n",
+            "    timeout check {timeout_check}\n    option tcp-check\n    tcp-check expect string hello\n    server s1 {} check inter 100ms fall 1\n",
             silent.addr
         ),
     );
+    (silent, cfg)
+}
+
+/// A check against a port that accepts but never answers times out with L7TOUT.
+#[test]
+fn tcp_check_expect_times_out() {
+    let (_silent, cfg) = silent_check("200ms");
     let sh = Shunt::start(&cfg, &[]);
     let r = wait_row(&sh, "be", "s1", "L7TOUT", |r| r["check_status"] == "L7TOUT");
     assert_eq!(r["status"], "DOWN");
@@ -299,19 +306,7 @@ fn tcp_check_expect_times_out() {
 /// the last result with the mark while the next one runs.
 #[test]
 fn a_running_check_is_marked_in_show_stat() {
-    let silent = Server::start(|mut s| {
-        let mut b = [0u8; 64];
-        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        while matches!(s.read(&mut b), Ok(n) if n > 0) {}
-    });
-    let port = free_port();
-    let cfg = config(
-        port,
-        &format!(
-            "    timeout check 1500ms\n    option tcp-check\n    tcp-check expect string hello\n    server s1 {} check inter 100ms fall 1\n",
-            silent.addr
-        ),
-    );
+    let (_silent, cfg) = silent_check("1500ms");
     let sh = Shunt::start(&cfg, &[]);
     let status = || {
         show_stat_raw(&sh.sock())

@@ -224,17 +224,8 @@ fn long_flows_config(dir: &std::path::Path, port: u16, server: SocketAddr) -> St
 #[test]
 fn long_kernel_flows_survive_ten_reloads_byte_exact() {
     use sha2::Digest;
-    if !bpf_wanted() {
-        return;
-    }
-    // The hand-over needs the maps pinned: the BPF filesystem at /sys/fs/bpf
-    // (`cargo xtask setup` mounts it when it is missing).
-    if !bpffs_mounted() {
-        assert!(
-            std::env::var_os("SHUNT_REQUIRE_BPF").is_none(),
-            "the BPF filesystem is not mounted at /sys/fs/bpf (cargo xtask setup mounts it)"
-        );
-        eprintln!("!!!!! SKIPPED: no BPF filesystem at /sys/fs/bpf (cargo xtask setup mounts it)");
+    // The hand-over needs the maps pinned: the BPF filesystem at /sys/fs/bpf.
+    if !kernel_handover_wanted() {
         return;
     }
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind backend");
@@ -313,19 +304,7 @@ fn long_kernel_flows_survive_ten_reloads_byte_exact() {
     };
     wait_progress("before the reloads");
     for round in 1..=RELOADS {
-        let old_pid = old.pid().to_string();
-        let sock_s = sock.display().to_string();
-        let new = Shunt::start(
-            &cfg,
-            &[
-                args[0],
-                args[1],
-                "-x",
-                sock_s.as_str(),
-                "-sf",
-                old_pid.as_str(),
-            ],
-        );
+        let new = reload_over(&old, &cfg, &sock, &args);
         let log = plain(&new.stderr());
         assert!(
             log.contains("took the kernel flows of the old process")
@@ -533,15 +512,7 @@ fn the_systemd_unit_verifies_and_bounds_capabilities_to_the_readme_s() {
 /// through the verdict) must still agree.
 #[test]
 fn a_kernel_flow_behind_a_proxy_header_is_handed_over_with_agreeing_counts() {
-    if !bpf_wanted() {
-        return;
-    }
-    if !bpffs_mounted() {
-        assert!(
-            std::env::var_os("SHUNT_REQUIRE_BPF").is_none(),
-            "the BPF filesystem is not mounted at /sys/fs/bpf (cargo xtask setup mounts it)"
-        );
-        eprintln!("!!!!! SKIPPED: no BPF filesystem at /sys/fs/bpf (cargo xtask setup mounts it)");
+    if !kernel_handover_wanted() {
         return;
     }
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind backend");
@@ -577,19 +548,7 @@ fn a_kernel_flow_behind_a_proxy_header_is_handed_over_with_agreeing_counts() {
     assert_eq!(&got, b"hello", "the PROXY header is not forwarded");
     turn(&mut s, &mut c, b"world");
 
-    let old_pid = old.pid().to_string();
-    let sock_s = sock.display().to_string();
-    let new = Shunt::start(
-        &cfg,
-        &[
-            "--forward-mode",
-            "sockmap",
-            "-x",
-            sock_s.as_str(),
-            "-sf",
-            old_pid.as_str(),
-        ],
-    );
+    let new = reload_over(&old, &cfg, &sock, &["--forward-mode", "sockmap"]);
     let log = plain(&new.stderr());
     assert!(
         log.contains("took the kernel flows of the old process") && log.contains("flows=1"),

@@ -201,18 +201,11 @@ impl Drop for PinGuard {
 /// Whether tests use the kernel path: "sockmap" where BPF is wanted and the
 /// BPF filesystem is mounted (the hand-over pins the maps there), else "splice".
 fn kernel_mode() -> &'static str {
-    if !bpf_wanted() {
-        return "splice";
+    if kernel_handover_wanted() {
+        "sockmap"
+    } else {
+        "splice"
     }
-    if !bpffs_mounted() {
-        assert!(
-            std::env::var("SHUNT_REQUIRE_BPF").as_deref() != Ok("1"),
-            "the BPF filesystem is not mounted at /sys/fs/bpf (cargo xtask setup mounts it)"
-        );
-        eprintln!("!!!!! SKIPPED the sockmap mode: no BPF filesystem at /sys/fs/bpf; running in splice mode");
-        return "splice";
-    }
-    "sockmap"
 }
 
 // ------------------------------------------------ good reloads, each extra kind

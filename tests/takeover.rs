@@ -225,19 +225,7 @@ fn no_commit(hang: bool) {
     );
 
     // A real reload now adopts the flow (it answers the next hand-over).
-    let sock_s = sock.display().to_string();
-    let old_pid = old.pid().to_string();
-    let new = Shunt::start(
-        &cfg,
-        &[
-            "--forward-mode",
-            "sockmap",
-            "-x",
-            sock_s.as_str(),
-            "-sf",
-            old_pid.as_str(),
-        ],
-    );
+    let new = shunt_tests::reload::reload_over(&old, &cfg, &sock, &["--forward-mode", "sockmap"]);
     assert!(
         shunt_tests::reload::plain(&new.stderr())
             .contains("took the kernel flows of the old process flows=1"),

@@ -57,9 +57,9 @@
 //! which has one owner at every instant:
 //!
 //! 1. **Quiesce.** A flow task answers the request only at its own select
-//!    point, by dropping both direction futures (the request wakes it through
-//!    the watch its sockets are in: `sockmap::watch::wake_all`). Every piece of a direction's
-//!    state lives outside its future (`sockmap::DirState`: cells), and each
+//!    point, by dropping both direction futures (the request wakes it
+//!    through the watch its sockets are in: `sockmap::watch::wake_all`).
+//!    Every piece of a direction's state lives outside its future (`sockmap::DirState`: cells), and each
 //!    field is updated right after the syscall it accounts for, with no await
 //!    in between: `read` and `unsent` right after the `recv` that took passed
 //!    bytes, `written` and `unsent` after each `write`, `ctl` after each
@@ -447,13 +447,13 @@ fn decode_record(rec: &[u8]) -> Result<Record, String> {
             .ok_or("name over the bound")?;
     }
     let read_before = if v1 {
-        // What went through the verdict is known; what was read and never
-        // forwarded (a PROXY header) is not: the count check may then warn.
-        let mut dirs = dirs.clone();
-        for (d, n) in dirs.iter_mut().zip(unsent) {
-            d.unsent = vec![0; n];
-        }
-        crate::handoff::sockmap::read_before_estimate(seen, &dirs, (to_server, to_client))
+        // Not carried: what the flow forwarded less what went through the
+        // verdict (redirected, and passed bytes written), short by what was
+        // read and never forwarded (a PROXY header: the count check may warn).
+        [0, 1].map(|i| {
+            let written = dirs[i].read.saturating_sub(unsent[i] as u64);
+            [to_server, to_client][i].saturating_sub(seen[i] + written)
+        })
     } else {
         [next(), next()]
     };
@@ -832,12 +832,13 @@ fn recv_flow(stream: &mut UnixStream) -> Result<AdoptedFlow, FlowRecvError> {
         }
         have += msg.bytes;
     }
-    if rec[..8] == FLOW_MAGIC_V1.to_ne_bytes() {
-        rec.truncate(RECORD_WORDS_V1 * 8);
-    } else {
+    // Only the current layout goes on; any other tag is refused below.
+    if rec[..8] == FLOW_MAGIC.to_ne_bytes() {
         stream
             .read_exact(&mut rec[RECORD_WORDS_V1 * 8..])
             .map_err(FlowRecvError::Io)?;
+    } else {
+        rec.truncate(RECORD_WORDS_V1 * 8);
     }
     let r = decode_record(&rec).map_err(FlowRecvError::Proto)?;
     if fds.len() != 2 {

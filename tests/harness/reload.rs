@@ -55,7 +55,36 @@ pub fn bpffs_mounted() -> bool {
         .any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf") && l.contains(" bpf "))
 }
 
+/// Whether a test of kernel flows across a reload runs: BPF is wanted
+/// (`crate::bpf_wanted`) and the BPF filesystem is mounted. With
+/// `SHUNT_REQUIRE_BPF=1` a missing filesystem fails the test instead.
+pub fn kernel_handover_wanted() -> bool {
+    if !crate::bpf_wanted() {
+        return false;
+    }
+    if !bpffs_mounted() {
+        assert!(
+            std::env::var("SHUNT_REQUIRE_BPF").as_deref() != Ok("1"),
+            "the BPF filesystem is not mounted at /sys/fs/bpf (cargo xtask setup mounts it)"
+        );
+        eprintln!("!!!!! SKIPPED the kernel hand-over: no BPF filesystem at /sys/fs/bpf (cargo xtask setup mounts it)");
+        return false;
+    }
+    true
+}
+
 // ----------------------------------------------------------- process helpers
+
+/// A reload: a new process with `cfg` and `args` that takes the listeners
+/// (and kernel flows) of `old` through the stats socket `sock` (`-x`) and
+/// soft-stops it (`-sf`).
+pub fn reload_over(old: &crate::Shunt, cfg: &str, sock: &Path, args: &[&str]) -> crate::Shunt {
+    let sock = sock.display().to_string();
+    let pid = old.pid().to_string();
+    let mut all = args.to_vec();
+    all.extend(["-x", sock.as_str(), "-sf", pid.as_str()]);
+    crate::Shunt::start(cfg, &all)
+}
 
 /// The log without its ANSI colour sequences.
 pub fn plain(log: &str) -> String {

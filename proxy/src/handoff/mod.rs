@@ -739,8 +739,8 @@ fn direction<'a, 'm>(
         copy::write_all(flow, dir, to, &initial).await?;
         drop(initial);
         if splice != Splicing::No {
+            let auto = splice == Splicing::Auto;
             loop {
-                let auto = splice == Splicing::Auto;
                 if auto && copy::run(flow, dir, from, to, true).await? {
                     return Ok(());
                 }

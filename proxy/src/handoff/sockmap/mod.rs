@@ -497,22 +497,6 @@ pub struct Snapshot {
     pub read_before: [u64; 2],
 }
 
-/// What the predecessor forwarded that did not go through the verdict, from
-/// its totals (`prior`) less the redirected bytes and the passed bytes written:
-/// the estimate for a snapshot that does not carry `read_before` (a record of
-/// the first hand-over layout). Short by what was read and never forwarded.
-pub fn read_before_estimate(
-    seen: [u64; 2],
-    dirs: &[DirSnapshot; 2],
-    prior: (u64, u64),
-) -> [u64; 2] {
-    [0, 1].map(|i| {
-        let d = &dirs[i];
-        let through = seen[i] + d.read.saturating_sub(d.unsent.len() as u64);
-        [prior.0, prior.1][i].saturating_sub(through)
-    })
-}
-
 impl Inserted {
     /// Continue a pair another process inserted (its entries are in the
     /// pinned maps): checks that the sockets are the ones the keys name and
