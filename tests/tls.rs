@@ -276,6 +276,57 @@ fn terminated_bytes_cross_exactly_both_ways_with_half_close_and_are_counted() {
     println!("Ktls: {ktls}; KtlsFlows: {flows}; {BULK} bytes each way, SHA-256 equal");
 }
 
+/// A server that takes nothing for a while: the plaintext shunt decrypted
+/// waits (in rustls, on the direct path) and every byte still arrives once,
+/// in order, then the FIN; the server's answer (its count and digest) comes
+/// back.
+#[test]
+fn a_server_that_reads_late_still_gets_every_terminated_byte_in_order() {
+    use std::io::{Read, Write};
+    const SIZE: usize = 24 << 20;
+    const LATE: Duration = Duration::from_millis(800);
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind late reader");
+    let backend = l.local_addr().expect("addr");
+    let reader = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept");
+        s.set_read_timeout(Some(IO_LIMIT)).expect("timeout");
+        std::thread::sleep(LATE);
+        let mut got = Vec::with_capacity(SIZE);
+        s.read_to_end(&mut got).expect("read until FIN");
+        let answer = format!("{} {}", got.len(), sha256(&got));
+        s.write_all(answer.as_bytes()).expect("answer");
+    });
+    let ca = Ca::new("shunt test CA");
+    let certs = TempDir::new("tls-late-reader");
+    let (pem, _) = ca.leaf(&["a.test"]);
+    let crt = write(certs.path(), "a.pem", &pem);
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket @DIR@/admin.sock level admin\n\n{DEFAULTS}\
+         frontend fe\n    bind 127.0.0.1:{port} ssl crt {crt}\n    default_backend be\n\n\
+         backend be\n    server s1 {backend}\n"
+    );
+    let shunt = Shunt::start(&cfg, &[]);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let data = pattern(SIZE, 29);
+    let started = Instant::now();
+    let got = rt().block_on(async {
+        let s = tls_connect(addr, "a.test", client_config(&ca, &[])).await;
+        exchange(s, &data).await
+    });
+    reader.join().expect("late reader");
+    assert!(started.elapsed() >= LATE, "the server read late");
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        format!("{SIZE} {}", sha256(&data)),
+        "what the server received"
+    );
+    let sock = shunt.sock();
+    eventually("bin counted", Duration::from_secs(10), || {
+        stat(&sock, "fe", "FRONTEND", "bin") == SIZE as u64
+    });
+}
+
 /// What `show info` (`Ktls`, `KtlsFlows` after one flow) and the start-up
 /// notice must say about kTLS on this kernel: read after shunt started, whose
 /// probe may have loaded a modular `tls` (then listed). With it, the flow is
