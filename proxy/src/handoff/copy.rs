@@ -216,10 +216,10 @@ thread_local! {
 }
 
 /// A copy buffer borrowed from the worker's cache; given back on drop.
-struct Buf(Option<Box<[u8]>>);
+pub(super) struct Buf(Option<Box<[u8]>>);
 
 impl Buf {
-    fn take() -> Self {
+    pub(super) fn take() -> Self {
         let cached = BUFS.try_with(|b| b.borrow_mut().pop()).ok().flatten();
         Buf(Some(cached.unwrap_or_else(|| {
             vec![0u8; COPY_BUF_SIZE].into_boxed_slice()
