@@ -16,11 +16,10 @@
 //! Invariants: bytes are written in the order read, each exactly once (a
 //! chunk is written whole, then flushed, before the next read; plaintext
 //! sent from rustls' buffer leaves it only as far as the socket took it); a
-//! side's EOF
-//! (a TLS `close_notify`, or a TCP FIN, which a TLS peer may send without
-//! one) becomes a shutdown of the peer only after every byte read from that
-//! side was written: `close_notify` then FIN on a TLS peer, FIN on a plain
-//! one; the other direction goes on (half-close).
+//! side's EOF (a TLS `close_notify`, or a TCP FIN, which a TLS peer may send
+//! without one) becomes a shutdown of the peer only after every byte read
+//! from that side was written: `close_notify` then FIN on a TLS peer, FIN on
+//! a plain one; the other direction goes on (half-close).
 //!
 //! The client-to-server direction of a terminated client with a plain
 //! server (`bind ... ssl` in front of plain servers, the common case) sends
@@ -29,10 +28,11 @@
 //! (`copy`'s) once its source has bytes, and given back after each chunk.
 //!
 //! Memory: a TLS flow holds rustls' record buffers for as long as it lives;
-//! a direction waiting for bytes holds no buffer of ours (idle TLS flows:
-//! 11.4 KiB each, 19.4 when the server-to-client direction kept a 16 KiB buffer for the flow's
-//! life, HAProxy's 17.5 with OpenSSL; RSS over 2000 flows, 2026-12-07); the flow's
-//! future is boxed by the caller, so plain flows pay nothing for it.
+//! a direction waiting for bytes holds no buffer of ours. Idle TLS flows
+//! hold 11.4 KiB each, 19.4 when the server-to-client direction kept a 16
+//! KiB buffer for the flow's life, HAProxy's 17.5 with OpenSSL (RSS over
+//! 2000 flows, 2026-12-07). The flow's future is boxed by the caller, so
+//! plain flows pay nothing for it.
 
 use std::cell::RefCell;
 use std::io;
@@ -384,9 +384,9 @@ enum Sent {
 /// byte leaves once, in order; while the server cannot take more, the
 /// plaintext waits in rustls, which reads no further record until then.
 /// Sending straight from rustls spares a copy of every byte into a buffer
-/// of our own: with the 16 KiB copy, `memmove` took 21-28 % of the proxy's
-/// CPU in half of the bulk runs of `cargo xtask bench --scenarios tls`
-/// (perf, 2026-12-07), 2 % without it.
+/// of our own: with it, `memmove` took 21-28 % of the proxy's CPU in the
+/// slow bulk flows of `cargo xtask bench --scenarios tls` (perf,
+/// 2026-12-07; see "two speeds" in BENCHMARKS.md), 2 % without it.
 fn send_plaintext(
     flow: &Flow<'_>,
     client: &RefCell<Stream>,
