@@ -37,18 +37,6 @@ const DUMP_LIMIT: Duration = Duration::from_secs(120);
 const FLOWS: usize = 300;
 const WAIT: Duration = Duration::from_secs(10);
 
-/// Resident size of process `pid`, in bytes.
-fn vm_rss(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no VmRSS in {status}"));
-    kb * 1024
-}
-
 fn key_of(i: u32) -> String {
     Ipv4Addr::from(0x0a00_0000 + i).to_string()
 }

@@ -296,6 +296,18 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
 }
 
 /// SHA-256 hex of a byte slice.
+/// Resident size of process `pid`, in bytes (`VmRSS` of `/proc/PID/status`).
+pub fn vm_rss(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS in {status}"));
+    kb * 1024
+}
+
 pub fn sha256(data: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     let d = Sha256::digest(data);
