@@ -209,22 +209,28 @@ struct Terminating {
     port: u16,
     shunt: Shunt,
     _certs: TempDir,
-    _echo: Server,
+    _echo: Option<Server>,
 }
 
 impl Terminating {
     fn start(name: &str) -> Self {
+        let echo = Server::echo();
+        let mut t = Self::to(name, echo.addr);
+        t._echo = Some(echo);
+        t
+    }
+
+    /// As [`Terminating::start`], in front of `backend` instead of an echo.
+    fn to(name: &str, backend: SocketAddr) -> Self {
         let ca = Ca::new("shunt test CA");
         let certs = TempDir::new(name);
         let (pem, _) = ca.leaf(&["a.test"]);
         let crt = write(certs.path(), "a.pem", &pem);
-        let echo = Server::echo();
         let port = free_port();
         let cfg = format!(
             "global\n    stats socket @DIR@/admin.sock level admin\n\n{DEFAULTS}\
              frontend fe\n    bind 127.0.0.1:{port} ssl crt {crt}\n    default_backend be\n\n\
-             backend be\n    server s1 {}\n",
-            echo.addr
+             backend be\n    server s1 {backend}\n"
         );
         let shunt = Shunt::start(&cfg, &[]);
         Self {
@@ -232,7 +238,7 @@ impl Terminating {
             port,
             shunt,
             _certs: certs,
-            _echo: echo,
+            _echo: None,
         }
     }
 }
@@ -296,22 +302,14 @@ fn a_server_that_reads_late_still_gets_every_terminated_byte_in_order() {
         let answer = format!("{} {}", got.len(), sha256(&got));
         s.write_all(answer.as_bytes()).expect("answer");
     });
-    let ca = Ca::new("shunt test CA");
-    let certs = TempDir::new("tls-late-reader");
-    let (pem, _) = ca.leaf(&["a.test"]);
-    let crt = write(certs.path(), "a.pem", &pem);
-    let port = free_port();
-    let cfg = format!(
-        "global\n    stats socket @DIR@/admin.sock level admin\n\n{DEFAULTS}\
-         frontend fe\n    bind 127.0.0.1:{port} ssl crt {crt}\n    default_backend be\n\n\
-         backend be\n    server s1 {backend}\n"
-    );
-    let shunt = Shunt::start(&cfg, &[]);
+    let t = Terminating::to("tls-late-reader", backend);
+    let (ca, shunt) = (&t.ca, &t.shunt);
+    let port = t.port;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let data = pattern(SIZE, 29);
     let started = Instant::now();
     let got = rt().block_on(async {
-        let s = tls_connect(addr, "a.test", client_config(&ca, &[])).await;
+        let s = tls_connect(addr, "a.test", client_config(ca, &[])).await;
         exchange(s, &data).await
     });
     reader.join().expect("late reader");
@@ -364,20 +362,12 @@ fn idle_tls_flows_hold_no_copy_buffer() {
         }
         held
     });
-    let ca = Ca::new("shunt test CA");
-    let certs = TempDir::new("tls-idle");
-    let (pem, _) = ca.leaf(&["a.test"]);
-    let crt = write(certs.path(), "a.pem", &pem);
-    let port = free_port();
-    let cfg = format!(
-        "global\n    stats socket @DIR@/admin.sock level admin\n\n{DEFAULTS}\
-         frontend fe\n    bind 127.0.0.1:{port} ssl crt {crt}\n    default_backend be\n\n\
-         backend be\n    server s1 {backend}\n"
-    );
-    let shunt = Shunt::start(&cfg, &[]);
+    let t = Terminating::to("tls-idle", backend);
+    let (ca, shunt) = (&t.ca, &t.shunt);
+    let port = t.port;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let rt = rt();
-    let cfg = client_config(&ca, &[]);
+    let cfg = client_config(ca, &[]);
     // One flow first, so that what every flow shares (the worker's buffer
     // cache, rustls' session state) is in the base.
     let first = rt.block_on(async {
