@@ -552,17 +552,16 @@ impl HandshakeError {
 /// client` (HAProxy would wait for ever): as the PROXY header's.
 const HANDSHAKE_WAIT_DEFAULT: Duration = PROXY_WAIT_DEFAULT;
 
-/// Terminate the client's TLS within `limit` (`timeout client`, as HAProxy);
-/// with `ktls` (the kernel can take the flow after the handshake), rustls
-/// reads whole records only (`handoff::ktls::Framed`).
+/// Terminate the client's TLS within `limit` (`timeout client`, as HAProxy).
+/// rustls reads whole records only (`handoff::ktls::Framed`), so that the
+/// flow can leave it after the handshake, for kTLS or shunt's own records.
 async fn accept_tls(
     acceptor: &tokio_rustls::TlsAcceptor,
     client: TcpStream,
     limit: Option<Duration>,
-    ktls: bool,
 ) -> Result<Stream, HandshakeError> {
     let limit = limit.unwrap_or(HANDSHAKE_WAIT_DEFAULT);
-    let client = handoff::ktls::Framed::new(client, ktls);
+    let client = handoff::ktls::Framed::new(client, true);
     match tokio::time::timeout(limit, acceptor.accept(client)).await {
         Err(_) => Err(HandshakeError::Timeout),
         Ok(Ok(s)) => Ok(Stream::Accepted(Box::new(s))),
@@ -888,8 +887,7 @@ pub fn run(
         client = match (state.tls.acceptor(fe_idx, bind), client) {
             (None, c) | (_, c @ (Stream::Accepted(_) | Stream::Connected(_))) => c,
             (Some(acceptor), Stream::Plain(client)) => {
-                let ktls = !state.tls.kernel().ciphers().is_empty();
-                let hs = Box::pin(accept_tls(acceptor, client, fe.timeouts.client, ktls));
+                let hs = Box::pin(accept_tls(acceptor, client, fe.timeouts.client));
                 match hs.await {
                     Ok(s) => s,
                     Err(e) => {

@@ -177,7 +177,7 @@ impl Contexts {
                 let what = || format!("frontend '{}' bind #{}", fe.name, i + 1);
                 v.push(match &b.tls {
                     Some(t) => Some(tokio_rustls::TlsAcceptor::from(Arc::new(
-                        server_config(t, &provider, kernel).map_err(|source| TlsError::Rustls {
+                        server_config(t, &provider).map_err(|source| TlsError::Rustls {
                             what: what(),
                             source,
                         })?,
@@ -259,12 +259,11 @@ fn versions(min: Option<TlsVersion>) -> &'static [&'static rustls::SupportedProt
     }
 }
 
-/// A `bind ... ssl` line's configuration; its secrets may be extracted
-/// (for kTLS) only when the kernel can take them.
+/// A `bind ... ssl` line's configuration; its secrets may be extracted,
+/// for kTLS or shunt's own records after the handshake.
 fn server_config(
     t: &BindTls,
     provider: &Arc<CryptoProvider>,
-    kernel: KernelTls,
 ) -> Result<ServerConfig, rustls::Error> {
     let mut certs = Vec::with_capacity(t.certs.len());
     let mut names = Vec::new();
@@ -278,7 +277,9 @@ fn server_config(
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(BySni { certs, names }));
     cfg.alpn_protocols = t.alpn.clone();
-    cfg.enable_secret_extraction = !kernel.ciphers().is_empty();
+    // After the handshake the keys go to kTLS or to shunt's own records
+    // (`handoff::ktls::offload`).
+    cfg.enable_secret_extraction = true;
     Ok(cfg)
 }
 

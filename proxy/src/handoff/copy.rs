@@ -102,7 +102,7 @@ fn eof_read(flow: &Flow<'_>, dir: Dir, to: &TcpStream) -> Result<(), DirError> {
 }
 
 /// What one read of a copy direction got.
-enum Read {
+pub(super) enum Read {
     /// The peer's FIN.
     Eof,
     /// Bytes, and the read took less than it asked for.
@@ -120,7 +120,7 @@ enum Read {
 /// since it was observed (tokio's tick), and a segment arriving later
 /// raises a new edge-triggered event; a FIN already seen stays ready
 /// (tokio never clears a closed state).
-fn read_once(from: &TcpStream, buf: &mut [u8]) -> io::Result<Read> {
+pub(super) fn read_once(from: &TcpStream, buf: &mut [u8]) -> io::Result<Read> {
     let mut got = None;
     let r = from.try_io(Interest::READABLE, || {
         let n = std::io::Read::read(&mut &*socket2::SockRef::from(from), buf)?;

@@ -5,9 +5,10 @@
 //!
 //! Owns: [`Framed`], the client's socket under rustls during the handshake,
 //! which reads TLS records whole so that rustls never holds part of one
-//! (the kernel must get the stream at a record boundary); [`offload`], the
-//! decision, the secrets' extraction and the socket options; [`forward`],
-//! the two copy directions of an offloaded flow.
+//! (the kernel, or shunt's records, must get the stream at a record
+//! boundary); [`offload`], the decision (the kernel, else shunt's records in
+//! `super::records`), the secrets' extraction and the socket options;
+//! [`forward`], the two copy directions of an offloaded flow.
 //! Must not: offload a flow whose server side is TLS too (`server ... ssl`:
 //! `handoff::tls` copies those), or lose a byte at the switch.
 //!
@@ -19,8 +20,8 @@
 //! which the kernel does only on an ESTABLISHED socket (`tls_init`: ENOTCONN
 //! once the client's FIN is in, as when a client writes a few bytes and
 //! closes right after its Finished). A socket with the ULP and no keys yet
-//! is TCP (TLS_BASE both ways), so on a refusal rustls carries the flow on
-//! untouched; the keys themselves are taken in any TCP state (a FIN that
+//! is TCP (TLS_BASE both ways), so on a refusal shunt's records take the
+//! flow instead, from the same switch; the keys themselves are taken in any TCP state (a FIN that
 //! comes in after the ULP is read by the kernel as that side's EOF). Then:
 //! rustls' pending output (TLS 1.3's NewSessionTickets, an answer to a
 //! KeyUpdate) is flushed to the socket; every record rustls read is
@@ -86,7 +87,7 @@ pub struct Framed {
 }
 
 impl Framed {
-    /// `whole`: the flow may be offloaded (the kernel has kTLS).
+    /// `whole`: the flow may leave rustls after its handshake.
     pub fn new(tcp: TcpStream, whole: bool) -> Self {
         Self {
             tcp,
@@ -196,6 +197,9 @@ pub struct Offloaded {
 /// How [`offload`] went.
 pub enum Offload {
     Kernel(Offloaded),
+    /// The kernel cannot take it: shunt's own records carry it on
+    /// (`super::records`).
+    Records(Box<super::records::Switched>),
     /// Not attempted (the reason): rustls goes on, nothing was changed.
     Userspace(Box<Accepted>, &'static str),
     /// Failed once the secrets were out of rustls: the flow must close.
@@ -271,44 +275,24 @@ fn crypto_info(
     CryptoInfo::new(cipher, version, key.as_ref(), &nonce, seq).map_err(io::Error::other)
 }
 
-/// Hand the client's TLS to the kernel if it can take it (`ciphers`, from
-/// the start-up probe); see the module's "The switch".
-pub async fn offload(mut tls: Box<Accepted>, ciphers: Ciphers) -> Offload {
-    let (io, conn) = tls.get_ref();
-    let suite = conn.negotiated_cipher_suite().map(|s| s.suite());
-    let Some((cipher, version)) = suite.and_then(kernel_suite) else {
-        return Offload::Userspace(tls, "negotiated cipher suite has no kTLS cipher");
-    };
-    let tls13 = conn.protocol_version() == Some(ProtocolVersion::TLSv1_3);
-    if tls13 != (version == Version::Tls13) {
-        return Offload::Userspace(tls, "protocol version does not match the suite");
-    }
-    if !ciphers.has(cipher) {
-        return Offload::Userspace(tls, "the kernel refused this cipher at start-up");
-    }
-    if !io.at_boundary() {
-        return Offload::Userspace(tls, "part of a TLS record is buffered");
-    }
-    // The ULP first, while rustls still has its secrets: the kernel attaches
-    // it to an established socket only (ENOTCONN once the client's FIN came
-    // in), and without keys it changes nothing (TLS_BASE: TCP's own reads
-    // and writes), so a refusal leaves rustls to carry the flow on.
-    if let Err(e) = sys::set_ulp(io.tcp().as_fd()) {
-        tracing::debug!(error = %e, "TCP_ULP tls refused");
-        let why = match e.raw_os_error() {
-            Some(libc::ENOTCONN) => "the client's FIN came before the switch (no ULP then)",
-            _ => "the kernel refused the tls ULP on this socket",
-        };
-        return Offload::Userspace(tls, why);
-    }
-    // rustls' pending records (NewSessionTickets) go out under its keys.
-    if let Err(e) = tls.flush().await {
-        return Offload::Failed(e);
-    }
+/// What [`take_keys`] leaves: the client's socket (rustls gone), the
+/// plaintext rustls had decrypted, whether that ended with the client's
+/// `close_notify`, and the secrets with their sequence numbers.
+struct Taken {
+    tcp: TcpStream,
+    pending: Vec<u8>,
+    client_closed: bool,
+    secrets: rustls::ExtractedSecrets,
+}
+
+/// The switch itself, once nothing can refuse: rustls' pending output
+/// (TLS 1.3's NewSessionTickets, an answer to a KeyUpdate) flushed under
+/// its keys, every record it read processed and its plaintext drained, then
+/// the secrets taken. An error means rustls is unusable: the flow closes.
+async fn take_keys(mut tls: Box<Accepted>) -> io::Result<Taken> {
+    tls.flush().await?;
     let (io, mut conn) = tls.into_inner();
-    if let Err(e) = conn.process_new_packets() {
-        return Offload::Failed(io::Error::other(e));
-    }
+    conn.process_new_packets().map_err(io::Error::other)?;
     let mut pending = Vec::new();
     let mut client_closed = false;
     let mut chunk = [0u8; 4096];
@@ -325,18 +309,76 @@ pub async fn offload(mut tls: Box<Accepted>, ciphers: Ciphers) -> Offload {
                 client_closed = true;
                 break;
             }
-            Err(e) => return Offload::Failed(e),
+            Err(e) => return Err(e),
         }
     }
-    // From here on rustls is gone: any failure closes the flow.
-    let secrets = match conn.dangerous_extract_secrets() {
-        Ok(s) => s,
-        Err(e) => return Offload::Failed(io::Error::other(format!("secret extraction: {e}"))),
+    let secrets = conn
+        .dangerous_extract_secrets()
+        .map_err(|e| io::Error::other(format!("secret extraction: {e}")))?;
+    Ok(Taken {
+        tcp: io.tcp,
+        pending,
+        client_closed,
+        secrets,
+    })
+}
+
+/// Hand the client's TLS to the kernel if it can take it (`ciphers`, from
+/// the start-up probe; see the module's "The switch"), else to shunt's own
+/// records (`super::records`), which take every suite rustls negotiates.
+pub async fn offload(tls: Box<Accepted>, ciphers: Ciphers) -> Offload {
+    let (io, conn) = tls.get_ref();
+    let suite = conn.negotiated_cipher_suite().map(|s| s.suite());
+    let Some((cipher, version)) = suite.and_then(kernel_suite) else {
+        return Offload::Userspace(tls, "negotiated cipher suite has no kTLS cipher");
     };
-    let tcp = io.tcp;
+    let tls13 = conn.protocol_version() == Some(ProtocolVersion::TLSv1_3);
+    if tls13 != (version == Version::Tls13) {
+        return Offload::Userspace(tls, "protocol version does not match the suite");
+    }
+    if !io.at_boundary() {
+        return Offload::Userspace(tls, "part of a TLS record is buffered");
+    }
+    // The ULP first, while rustls still has its secrets: the kernel attaches
+    // it to an established socket only (ENOTCONN once the client's FIN came
+    // in), and without keys it changes nothing (TLS_BASE: TCP's own reads
+    // and writes), so a refusal leaves the flow to shunt's records.
+    let kernel = ciphers.has(cipher)
+        && match sys::set_ulp(io.tcp().as_fd()) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(error = %e, "TCP_ULP tls refused: shunt's records take the flow");
+                false
+            }
+        };
+    // From here on rustls is gone: any failure closes the flow.
+    let taken = match take_keys(tls).await {
+        Ok(t) => t,
+        Err(e) => return Offload::Failed(e),
+    };
+    let Taken {
+        tcp,
+        pending,
+        client_closed,
+        secrets,
+    } = taken;
+    let (tx_seq, tx) = &secrets.tx;
+    let (rx_seq, rx) = &secrets.rx;
+    if !kernel {
+        let keys = super::records::Keys::new(version, *rx_seq, rx)
+            .and_then(|rx| super::records::Keys::new(version, *tx_seq, tx).map(|tx| (rx, tx)));
+        return match keys {
+            Ok((rx, tx)) => Offload::Records(Box::new(super::records::Switched {
+                client: tcp,
+                pending,
+                client_closed,
+                rx,
+                tx,
+            })),
+            Err(e) => Offload::Failed(e),
+        };
+    }
     let install = || -> io::Result<()> {
-        let (tx_seq, tx) = &secrets.tx;
-        let (rx_seq, rx) = &secrets.rx;
         let tx = crypto_info(Direction::Tx, version, *tx_seq, tx)?;
         let rx = crypto_info(Direction::Rx, version, *rx_seq, rx)?;
         let fd = tcp.as_fd();

@@ -20,6 +20,7 @@ mod flow;
 pub mod ktls;
 mod pool;
 pub mod promote;
+pub mod records;
 pub mod sockmap;
 mod splice;
 #[cfg(test)]

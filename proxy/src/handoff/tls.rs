@@ -1,9 +1,11 @@
 //! Forwarding of a flow with TLS on one side or both (a `bind ... ssl`
 //! client, a `server ... ssl` server): the decrypted bytes are copied in
 //! userspace, since without the kernel's `tls` ULP (kTLS) neither splice nor
-//! the sockmap can see plaintext. Where the kernel has kTLS, a terminated
-//! client with a plain server is first offered to it (`super::ktls`), and
-//! only a flow it does not take is copied here.
+//! the sockmap can see plaintext. A terminated client with a plain server
+//! leaves rustls once its handshake is done: for the kernel where it has
+//! kTLS (`super::ktls`), else for shunt's own records (`super::records`),
+//! which decrypt in place where rustls copies; only a flow neither takes (a
+//! suite outside their list, none of rustls' today) is copied here.
 //!
 //! Owns: [`Stream`], one side of such a flow (plain TCP, or a TLS stream over
 //! it), and [`forward_tls`], the two copy directions driven by the same
@@ -166,10 +168,11 @@ impl<P: std::future::Future, T: std::future::Future> std::future::Future for Eit
 /// and timeouts end the flow as on a plain one, a reset propagated as a
 /// reset.
 ///
-/// A terminated client with a plain server is first offered to the kernel
-/// (`super::ktls`) when it has kTLS ciphers (`ktls`, probed at start); a
-/// flow the kernel takes is forwarded by `ktls::forward`, and one whose
-/// offload failed once rustls' secrets were out ends here, closed.
+/// A terminated client with a plain server leaves rustls first
+/// (`super::ktls::offload`): to the kernel when it has the flow's cipher
+/// (`ktls`, probed at start), forwarded by `ktls::forward`, else to shunt's
+/// records, forwarded by `records::forward`; one whose switch failed once
+/// rustls' secrets were out ends here, closed.
 pub async fn forward_tls(
     client: Stream,
     server: Stream,
@@ -178,19 +181,26 @@ pub async fn forward_tls(
     meter: &dyn Meter,
 ) -> Outcome {
     let (mut client, server) = match (client, server) {
-        (Stream::Accepted(tls), Stream::Plain(server)) if !ktls.is_empty() => {
+        (Stream::Accepted(tls), Stream::Plain(server)) => {
             match super::ktls::offload(tls, ktls).await {
                 super::ktls::Offload::Kernel(k) => {
                     tracing::debug!(cipher = k.cipher.name(), version = ?k.version, pending = k.pending.len(), "TLS flow handed to the kernel (kTLS)");
                     meter.ktls();
                     return super::ktls::forward(k, server, timeouts, meter).await;
                 }
+                super::ktls::Offload::Records(r) => {
+                    tracing::debug!(
+                        pending = r.pending.len(),
+                        "TLS flow carried on by shunt's records"
+                    );
+                    return super::records::forward(*r, server, timeouts, meter).await;
+                }
                 super::ktls::Offload::Userspace(tls, why) => {
                     tracing::debug!(reason = why, "TLS flow stays in userspace");
                     (Stream::Accepted(tls), Stream::Plain(server))
                 }
                 super::ktls::Offload::Failed(e) => {
-                    tracing::warn!(error = %e, "kTLS offload failed after the session keys left rustls: closing the flow");
+                    tracing::warn!(error = %e, "switch from rustls failed after the session keys left it: closing the flow");
                     return Outcome {
                         to_server: 0,
                         to_client: 0,
