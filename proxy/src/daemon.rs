@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::signal::unix::Signal;
 use tokio::sync::watch;
 
 use crate::config::{Config, ForwardMode};
@@ -430,7 +431,7 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         (Some(path), false) => Some(crate::reload::connect(path)?),
         _ => None,
     };
-    let mut pidfile = PidFile::open(config.global.pidfile.as_ref(), handover.clone())?;
+    let pidfile = PidFile::open(config.global.pidfile.as_ref(), handover.clone())?;
     if config
         .global
         .stats_sockets
@@ -494,8 +495,16 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         .map(|(page, listener)| crate::statspage::PageListener { page, listener })
         .collect();
     crate::statspage::serve(pages, state.clone())?;
+    // Worker 0 runs on this thread, in the runtime the signals were
+    // registered with; the others get threads of their own. In steady state
+    // a process of `nbthread 1` is then one thread, as HAProxy's is: a
+    // second one, even idle, makes the kernel count references on every
+    // descriptor a syscall uses (its table is shared). HAProxy given an
+    // idle thread of its own (LD_PRELOAD) made 3 % fewer connections a
+    // second in `redis-benchmark -k 0` (4 alternating pairs, 2026-12-07).
     let mut threads = Vec::with_capacity(nbthread);
     let mut handoffs = Vec::with_capacity(nbthread);
+    let mut main_worker = None;
     for (tid, ls) in listeners.into_iter().enumerate() {
         let state = state.clone();
         let cli = if tid == 0 {
@@ -511,6 +520,10 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         handoffs.push(tx);
+        if tid == 0 {
+            main_worker = Some((cfg, worker_main(state, ls, cli, rx)));
+            continue;
+        }
         let h = std::thread::Builder::new()
             .name(format!("shunt-worker-{tid}"))
             .spawn(move || scheduler::run_worker(tid, cfg, worker_main(state, ls, cli, rx)))
@@ -520,14 +533,114 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
             })?;
         threads.push(h);
     }
+    let phase_tx = Arc::new(phase_tx);
 
+    // 3. Take over and announce, on a thread of its own that ends there
+    // (its waits block, and worker 0 must run meanwhile).
+    let start = {
+        let state = state.clone();
+        let opts = opts.clone();
+        let phase = phase_tx.clone();
+        let mut cli_sockets = cli_sockets;
+        let mut pidfile = pidfile;
+        std::thread::Builder::new()
+            .name("shunt-start".into())
+            .spawn(move || -> Result<_, DaemonError> {
+                let started = announce(
+                    &state,
+                    &opts,
+                    nbthread,
+                    forward_mode,
+                    takeover_conn,
+                    handoffs,
+                    &mut cli_sockets,
+                    &mut pidfile,
+                );
+                if started.is_err() {
+                    let _ = phase.send(Phase::HardStop);
+                }
+                started.map(|()| (cli_sockets, pidfile))
+            })
+            .map_err(|source| DaemonError::Thread { thread: 0, source })?
+    };
+
+    let Some((cfg, worker0)) = main_worker else {
+        return Err(DaemonError::Thread {
+            thread: 0,
+            source: std::io::Error::other("no listeners for worker 0"),
+        });
+    };
+    let Signals {
+        rt,
+        term,
+        int,
+        usr1,
+    } = signals;
+    let control = {
+        let state = state.clone();
+        let phase = phase_tx.clone();
+        let hard_stop_after = config.global.hard_stop_after;
+        async move {
+            scheduler::spawn(Class::Bulk, "signals", async move {
+                wait_for_signals((term, int, usr1), &phase, &state, hard_stop_after).await;
+            });
+            worker0.await;
+        }
+    };
+    if let Err(e) = scheduler::try_run_worker_in(rt, 0, cfg, control) {
+        let _ = phase_tx.send(Phase::HardStop);
+        tracing::error!(error = %e, "worker 0 failed to start");
+    }
+    // The start thread ends soon after the phase leaves Running (its waits
+    // are bounded), so this join does not hang a stop.
+    let started = start.join().unwrap_or_else(|_| {
+        Err(DaemonError::Thread {
+            thread: 0,
+            source: std::io::Error::other("the start-up thread panicked"),
+        })
+    });
+    state.handover.close_exported();
+    // Stopping for good: nobody will reuse the maps.
+    if !state.handover.handed_over() {
+        if let Some(k) = &state.forwarding.kernel {
+            k.bpf().unpin();
+        }
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    let (cli_sockets, pidfile) = started?;
+    drop(pidfile);
+    drop(cli_sockets);
+    tracing::info!("shunt stopped");
+    Ok(())
+}
+
+/// Stage 3 of [`run`], once every worker runs: take the old process's kernel
+/// flows over (a reload), give each worker its share, let the workers
+/// accept, write the pidfile, tell the old processes to stop and systemd
+/// that we are ready. Nothing is announced once the phase left Running (a
+/// stop came in during the take-over).
+#[allow(clippy::too_many_arguments)]
+fn announce(
+    state: &Runtime,
+    opts: &Options,
+    nbthread: usize,
+    forward_mode: ForwardMode,
+    takeover_conn: Option<std::os::unix::net::UnixStream>,
+    mut handoffs: Vec<tokio::sync::oneshot::Sender<Vec<crate::reload::AdoptedFlow>>>,
+    cli_sockets: &mut crate::cli::Sockets,
+    pidfile: &mut PidFile,
+) -> Result<(), DaemonError> {
     if !state.workers.wait_for(nbthread, WORKERS_START) {
         tracing::warn!(nbthread, "not every worker started in time");
     }
-
-    // 3. Take over.
     if let (Some(conn), Some(path)) = (takeover_conn, &opts.xfer_socket) {
-        let id = kernel.and_then(|k| k.bpf().sockhash_id());
+        let id = state
+            .forwarding
+            .kernel
+            .as_deref()
+            .and_then(|k| k.bpf().sockhash_id());
         let flows = crate::reload::take_over(conn, path, id)?;
         if !flows.is_empty() {
             tracing::info!(
@@ -547,9 +660,12 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
     drop(handoffs);
     cli_sockets.own_inherited();
     pidfile.write_pid();
+    if state.lifecycle.stopping() {
+        return Ok(());
+    }
     state.admission.hold_accepting(false);
     tracing::info!(nbthread, mode = ?forward_mode, "shunt started");
-    signal_old_processes(&opts);
+    signal_old_processes(opts);
     let ready = if opts.reloading() {
         format!(
             "READY=1\nMAINPID={}\nSTATUS=Ready (reloaded).",
@@ -559,19 +675,6 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         "READY=1\nSTATUS=Ready.".to_string()
     };
     crate::notify::notify_or_warn(&ready);
-
-    wait_for_signals(signals, &phase_tx, &state, config.global.hard_stop_after);
-    state.handover.close_exported();
-    // Stopping for good: nobody will reuse the maps.
-    if !state.handover.handed_over() {
-        if let Some(k) = &state.forwarding.kernel {
-            k.bpf().unpin();
-        }
-    }
-    for t in threads {
-        let _ = t.join();
-    }
-    tracing::info!("shunt stopped");
     Ok(())
 }
 
@@ -605,18 +708,16 @@ fn notify_stopping(handover: &crate::runtime::Handover) {
 /// find the handlers in place, not the default action).
 struct Signals {
     rt: tokio::runtime::Runtime,
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    usr1: tokio::signal::unix::Signal,
+    term: Signal,
+    int: Signal,
+    usr1: Signal,
 }
 
 impl Signals {
     fn install() -> Result<Self, DaemonError> {
         use tokio::signal::unix::{signal, SignalKind};
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(DaemonError::Signals)?;
+        // Worker 0's runtime: the streams wake its reactor.
+        let rt = scheduler::worker_runtime().map_err(DaemonError::Signals)?;
         let (term, int, usr1) = {
             let _guard = rt.enter();
             (
@@ -634,70 +735,63 @@ impl Signals {
     }
 }
 
-/// Block the main thread on signals and drive the phase changes.
-fn wait_for_signals(
-    signals: Signals,
+/// The signals, as a task of worker 0 (whose runtime they were registered
+/// with), driving the phase changes.
+async fn wait_for_signals(
+    (mut term, mut int, mut usr1): (Signal, Signal, Signal),
     phase: &watch::Sender<Phase>,
     state: &Runtime,
     hard_stop_after: Option<Duration>,
 ) {
-    let Signals {
-        rt,
-        mut term,
-        mut int,
-        mut usr1,
-    } = signals;
-    rt.block_on(async {
+    tokio::select! {
+        _ = term.recv() => {
+            tracing::warn!("Proxy stopping (SIGTERM): closing listeners and flows");
+            notify_stopping(&state.handover);
+            let _ = phase.send(Phase::HardStop);
+            state.handover.close_exported();
+            return;
+        }
+        _ = int.recv() => {
+            tracing::warn!("Proxy stopping (SIGINT): closing listeners and flows");
+            notify_stopping(&state.handover);
+            let _ = phase.send(Phase::HardStop);
+            state.handover.close_exported();
+            return;
+        }
+        _ = usr1.recv() => {}
+    }
+    notify_stopping(&state.handover);
+    tracing::warn!(
+        flows = state.admission.conns(),
+        "soft-stop (SIGUSR1): listeners closed, waiting for flows to end"
+    );
+    let _ = phase.send(Phase::SoftStop);
+    // The listeners close with their accept loops; our dups must not keep
+    // the sockets open (a successor that fetched them holds its own).
+    state.handover.close_exported();
+    let deadline = hard_stop_after.map(|d| tokio::time::Instant::now() + d);
+    loop {
+        // Every accept loop has counted its last client (Acquire pairs with
+        // the loop's Release on exit); a hand-over in progress holds the
+        // descriptors it sends.
+        if state.admission.all_loops_ended()
+            && state.admission.conns() == 0
+            && !state.handover.handing_over()
+        {
+            break;
+        }
+        let tick = tokio::time::sleep(Duration::from_millis(50));
         tokio::select! {
-            _ = term.recv() => {
-                tracing::warn!("Proxy stopping (SIGTERM): closing listeners and flows");
-                notify_stopping(&state.handover);
-                let _ = phase.send(Phase::HardStop);
-                state.handover.close_exported();
-                return;
-            }
-            _ = int.recv() => {
-                tracing::warn!("Proxy stopping (SIGINT): closing listeners and flows");
-                notify_stopping(&state.handover);
-                let _ = phase.send(Phase::HardStop);
-                state.handover.close_exported();
-                return;
-            }
-            _ = usr1.recv() => {}
+            _ = tick => {}
+            _ = term.recv() => break,
+            _ = int.recv() => break,
         }
-        notify_stopping(&state.handover);
-        tracing::warn!(
-            flows = state.admission.conns(),
-            "soft-stop (SIGUSR1): listeners closed, waiting for flows to end"
-        );
-        let _ = phase.send(Phase::SoftStop);
-        // The listeners close with their accept loops; our dups must not keep
-        // the sockets open (a successor that fetched them holds its own).
-        state.handover.close_exported();
-        let deadline = hard_stop_after.map(|d| tokio::time::Instant::now() + d);
-        loop {
-            // Every accept loop has counted its last client (Acquire pairs with
-            // the loop's Release on exit); a hand-over in progress holds the
-            // descriptors it sends.
-            if state.admission.all_loops_ended()
-                && state.admission.conns() == 0
-                && !state.handover.handing_over()
-            {
-                break;
-            }
-            let tick = tokio::time::sleep(Duration::from_millis(50));
-            tokio::select! {
-                _ = tick => {}
-                _ = term.recv() => break,
-                _ = int.recv() => break,
-            }
-            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-                tracing::warn!("hard-stop-after expired: closing remaining flows");
-                break;
-            }
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            tracing::warn!("hard-stop-after expired: closing remaining flows");
+            break;
         }
-        let _ = phase.send(Phase::HardStop);
-    });
+    }
+    let _ = phase.send(Phase::HardStop);
 }
 
 /// How soon each worker's standing timer is due (see `worker_main`): below

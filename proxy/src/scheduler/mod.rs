@@ -159,18 +159,43 @@ pub enum SchedError {
     Nested { thread_id: usize, running: usize },
 }
 
+/// The tokio runtime a worker runs in: current_thread, with the reactor and
+/// the timer. Built ahead by a caller that must register sources with it
+/// before the worker starts (the daemon's signals, on the main thread).
+pub fn worker_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
 /// Like [`run_worker`], but returns start-up errors instead of panicking.
 pub fn try_run_worker<F>(thread_id: usize, cfg: SchedConfig, main: F) -> Result<(), SchedError>
 where
     F: Future<Output = ()> + 'static,
 {
+    // Before building a runtime: one dropped inside another's context panics.
     if let Some(running) = with_current(|w| w.thread_id) {
         return Err(SchedError::Nested { thread_id, running });
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| SchedError::Runtime { thread_id, source })?;
+    let rt = worker_runtime().map_err(|source| SchedError::Runtime { thread_id, source })?;
+    try_run_worker_in(rt, thread_id, cfg, main)
+}
+
+/// [`try_run_worker`] in `rt`, a runtime from [`worker_runtime`].
+pub fn try_run_worker_in<F>(
+    rt: tokio::runtime::Runtime,
+    thread_id: usize,
+    cfg: SchedConfig,
+    main: F,
+) -> Result<(), SchedError>
+where
+    F: Future<Output = ()> + 'static,
+{
+    if let Some(running) = with_current(|w| w.thread_id) {
+        // Dropped without waiting: this thread runs a worker's runtime.
+        rt.shutdown_background();
+        return Err(SchedError::Nested { thread_id, running });
+    }
     let worker = Worker::new(thread_id, &cfg);
     let _installed = Installed::new(Rc::clone(&worker), &rt);
     worker.spawn_main(main);
