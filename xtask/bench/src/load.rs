@@ -27,8 +27,8 @@ use xtask::proc;
 
 /// Inactivity limit on every socket read or write here.
 const IO_TIMEOUT: Duration = Duration::from_secs(20);
-/// How many times an iperf3 run is tried again when the server is still busy with the
-/// previous test (its control connection closes a moment after the client's report).
+/// How many times an iperf3 run is tried again when the server was not ready for it
+/// ([`server_not_ready`]).
 const IPERF_TRIES: usize = 4;
 /// Pause before such a retry.
 const IPERF_RETRY_PAUSE: Duration = Duration::from_millis(500);
@@ -78,7 +78,7 @@ pub fn iperf3(front: SocketAddr, secs: u32, streams: u32) -> Result<Bulk> {
     for _ in 0..IPERF_TRIES {
         match proc::run_bounded("iperf3", &args, limit).and_then(|out| parse_iperf3(&out)) {
             Ok(b) => return Ok(b),
-            Err(e) if format!("{e:#}").contains("busy") && !proc::stop_requested() => {
+            Err(e) if server_not_ready(&format!("{e:#}")) && !proc::stop_requested() => {
                 last = Some(e);
                 std::thread::sleep(IPERF_RETRY_PAUSE);
             }
@@ -86,6 +86,16 @@ pub fn iperf3(front: SocketAddr, secs: u32, streams: u32) -> Result<Bulk> {
         }
     }
     Err(last.unwrap_or_else(|| anyhow::anyhow!("iperf3: no try ran")))
+}
+
+/// An iperf3 error after which the run measured nothing because the server was not
+/// ready for a test: still busy with the previous one (its control connection closes a
+/// moment after the client's report), or resetting the new control connection while it
+/// recovered from clients that closed without a test (each proxy's start-up probe of
+/// its fronts reaches the server as one: seen as the first run of a bench failing with
+/// `unable to receive control message: Connection reset by peer`, 2026-12-07).
+fn server_not_ready(err: &str) -> bool {
+    err.contains("busy") || err.contains("unable to receive control message")
 }
 
 /// The receiver's totals of an iperf3 `-J` report (`end.sum_received`); an `error`
@@ -405,6 +415,11 @@ mod tests {
         assert!((b.gbits() - 10.0).abs() < 1e-9);
         let busy = r#"{"start":{},"end":{},"error":"error - the server is busy running a test. try again later"}"#;
         let e = parse_iperf3(busy).expect_err("busy");
+        assert!(server_not_ready(&format!("{e:#}")));
+        assert!(server_not_ready(
+            "iperf3: unable to receive control message: Connection reset by peer"
+        ));
+        assert!(!server_not_ready("iperf3: unable to connect to server"));
         assert!(format!("{e}").contains("busy"), "{e}");
         assert!(parse_iperf3("not json").is_err());
         assert!(parse_iperf3(r#"{"end":{"sum_received":{"seconds":1.0,"bytes":0}}}"#).is_err());
