@@ -600,8 +600,10 @@ pub fn run(config: Config, opts: Options) -> Result<(), DaemonError> {
         })
     });
     state.handover.close_exported();
-    // Stopping for good: nobody will reuse the maps.
-    if !state.handover.handed_over() {
+    // Stopping for good: nobody will reuse the maps. Not after a start that
+    // failed (a take-over refused): the old process goes on with the pins,
+    // which its next successor needs.
+    if started.is_ok() && !state.handover.handed_over() {
         if let Some(k) = &state.forwarding.kernel {
             k.bpf().unpin();
         }
