@@ -745,22 +745,17 @@ async fn wait_for_signals(
     state: &Runtime,
     hard_stop_after: Option<Duration>,
 ) {
-    tokio::select! {
-        _ = term.recv() => {
-            tracing::warn!("Proxy stopping (SIGTERM): closing listeners and flows");
-            notify_stopping(&state.handover);
-            let _ = phase.send(Phase::HardStop);
-            state.handover.close_exported();
-            return;
-        }
-        _ = int.recv() => {
-            tracing::warn!("Proxy stopping (SIGINT): closing listeners and flows");
-            notify_stopping(&state.handover);
-            let _ = phase.send(Phase::HardStop);
-            state.handover.close_exported();
-            return;
-        }
-        _ = usr1.recv() => {}
+    let hard = tokio::select! {
+        _ = term.recv() => Some("SIGTERM"),
+        _ = int.recv() => Some("SIGINT"),
+        _ = usr1.recv() => None,
+    };
+    if let Some(signal) = hard {
+        tracing::warn!("Proxy stopping ({signal}): closing listeners and flows");
+        notify_stopping(&state.handover);
+        let _ = phase.send(Phase::HardStop);
+        state.handover.close_exported();
+        return;
     }
     notify_stopping(&state.handover);
     tracing::warn!(

@@ -63,9 +63,8 @@ use tokio::net::TcpStream;
 
 use super::copy;
 use super::flow::{DirError, Flow, CLIENT_TO_SERVER, SERVER_TO_CLIENT};
-use super::{Driven, End, FlowTimeouts, Meter, Mode, NoPace, Outcome, BURST_BYTES};
+use super::{FlowTimeouts, Meter, Mode, Outcome, BURST_BYTES};
 use crate::sys::ktls::{self as sys, Cipher, Ciphers, CryptoInfo, Direction, Received, Version};
-use crate::sys::sock;
 
 /// A TLS record's header: type, version, length (RFC 8446 §5.1).
 const RECORD_HEADER: usize = 5;
@@ -413,20 +412,12 @@ pub async fn forward(
         client_closed,
         ..
     } = k;
-    for s in [&client, &server] {
-        if let Err(e) = sock::set_nodelay(s.as_fd()) {
-            tracing::debug!(error = %e, "TCP_NODELAY at flow start failed");
-        }
-    }
+    super::nodelay(&client, &server);
     let flow = Flow::new(meter);
     let end = {
         let c2s = pin!(from_client(&flow, &client, &server, pending, client_closed));
         let s2c = pin!(to_client(&flow, &server, &client));
-        match super::drive(&flow, &timeouts, c2s, s2c, &NoPace).await {
-            Driven::End(end) => end,
-            // Only a promotion parks, and nothing promotes these flows.
-            Driven::Quiescent => End::Done,
-        }
+        super::drive_unpromoted(&flow, &timeouts, c2s, s2c).await
     };
     super::finish(&flow, &client, &server, Mode::Copy, end, None)
 }

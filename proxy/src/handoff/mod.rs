@@ -780,6 +780,41 @@ fn direction<'a, 'm>(
     }
 }
 
+/// TCP_NODELAY on both sockets of a flow whose bytes a TLS layer frames
+/// (kTLS, shunt's records, rustls): a record's tail must not wait on Nagle.
+/// A failure is only logged.
+fn nodelay(client: &TcpStream, server: &TcpStream) {
+    for s in [client, server] {
+        if let Err(e) = sock::set_nodelay(s.as_fd()) {
+            tracing::debug!(error = %e, "TCP_NODELAY at flow start failed");
+        }
+    }
+}
+
+/// [`drive`] for a flow nothing promotes (TLS in every form): no pacing,
+/// and no park, which only a promotion asks for.
+///
+/// Not an `async fn`: it would store its arguments twice in the flow's
+/// future (see "Memory of an idle flow" in docs/architecture.md).
+#[allow(clippy::manual_async_fn)]
+fn drive_unpromoted<'a, 'm, A, B>(
+    flow: &'a Flow<'m>,
+    t: &'a FlowTimeouts,
+    c2s: Pin<&'a mut A>,
+    s2c: Pin<&'a mut B>,
+) -> impl Future<Output = End> + use<'a, 'm, A, B>
+where
+    A: Future<Output = Result<(), DirError>>,
+    B: Future<Output = Result<(), DirError>>,
+{
+    async move {
+        match drive(flow, t, c2s, s2c, &NoPace).await {
+            Driven::End(end) => end,
+            Driven::Quiescent => End::Done,
+        }
+    }
+}
+
 /// How `drive` returned.
 enum Driven {
     End(End),

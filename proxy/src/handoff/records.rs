@@ -61,9 +61,8 @@ use tokio::net::TcpStream;
 
 use super::copy::{self, Read};
 use super::flow::{Dir, DirError, Flow, CLIENT_TO_SERVER, SERVER_TO_CLIENT};
-use super::{Driven, End, FlowTimeouts, Meter, Mode, NoPace, Outcome, BURST_BYTES};
+use super::{FlowTimeouts, Meter, Mode, Outcome, BURST_BYTES};
 use crate::sys::ktls::{Cipher, Version, CLOSE_NOTIFY, RECORD_ALERT, RECORD_DATA};
-use crate::sys::sock;
 
 /// A record's header: type, legacy version, length.
 const HEADER: usize = 5;
@@ -367,11 +366,7 @@ pub async fn forward(
         mut rx,
         mut tx,
     } = s;
-    for s in [&client, &server] {
-        if let Err(e) = sock::set_nodelay(std::os::fd::AsFd::as_fd(s)) {
-            tracing::debug!(error = %e, "TCP_NODELAY at flow start failed");
-        }
-    }
+    super::nodelay(&client, &server);
     let flow = Flow::new(meter);
     let end = {
         let c2s = pin!(from_client(
@@ -383,11 +378,7 @@ pub async fn forward(
             client_closed
         ));
         let s2c = pin!(to_client(&flow, &server, &client, &mut tx));
-        match super::drive(&flow, &timeouts, c2s, s2c, &NoPace).await {
-            Driven::End(end) => end,
-            // Only a promotion parks, and nothing promotes these flows.
-            Driven::Quiescent => End::Done,
-        }
+        super::drive_unpromoted(&flow, &timeouts, c2s, s2c).await
     };
     super::finish(&flow, &client, &server, Mode::Copy, end, None)
 }

@@ -45,7 +45,7 @@ use tokio::io::{AsyncBufRead, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt
 use tokio::net::TcpStream;
 
 use super::flow::{Dir, DirError, Flow, CLIENT_TO_SERVER, SERVER_TO_CLIENT};
-use super::{Driven, End, FlowTimeouts, Meter, Mode, NoPace, Outcome, BURST_BYTES};
+use super::{End, FlowTimeouts, Meter, Mode, Outcome, BURST_BYTES};
 use crate::sys::sock;
 
 /// One side of a flow that has TLS somewhere.
@@ -217,11 +217,7 @@ pub async fn forward_tls(
     if let Stream::Accepted(t) = &mut client {
         t.get_mut().0.unframe();
     }
-    for s in [client.tcp(), server.tcp()] {
-        if let Err(e) = sock::set_nodelay(std::os::fd::AsFd::as_fd(s)) {
-            tracing::debug!(error = %e, "TCP_NODELAY at flow start failed");
-        }
-    }
+    super::nodelay(client.tcp(), server.tcp());
     let flow = Flow::new(meter);
     // One task polls both directions in turn, and each borrows a side only
     // within one poll, so the borrows never meet: each direction owns what
@@ -231,11 +227,7 @@ pub async fn forward_tls(
     let end = {
         let c2s = pin!(from_client(&flow, &client, &server));
         let s2c = pin!(direction(&flow, SERVER_TO_CLIENT, &server, &client));
-        match super::drive(&flow, &timeouts, c2s, s2c, &NoPace).await {
-            Driven::End(end) => end,
-            // Only a promotion parks, and nothing promotes a TLS flow.
-            Driven::Quiescent => End::Done,
-        }
+        super::drive_unpromoted(&flow, &timeouts, c2s, s2c).await
     };
     let client = client.into_inner();
     let server = server.into_inner();
