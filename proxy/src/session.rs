@@ -561,7 +561,7 @@ async fn accept_tls(
     limit: Option<Duration>,
 ) -> Result<Stream, HandshakeError> {
     let limit = limit.unwrap_or(HANDSHAKE_WAIT_DEFAULT);
-    let client = handoff::ktls::Framed::new(client, true);
+    let client = handoff::ktls::Framed::new(client);
     match tokio::time::timeout(limit, acceptor.accept(client)).await {
         Err(_) => Err(HandshakeError::Timeout),
         Ok(Ok(s)) => Ok(Stream::Accepted(Box::new(s))),

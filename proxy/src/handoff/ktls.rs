@@ -74,9 +74,9 @@ const RECORD_HEADER: usize = 5;
 /// the server splits into a full loopback segment and a tiny tail).
 const KTLS_COPY_BUF: usize = copy::COPY_BUF_SIZE;
 
-/// The client's TCP socket under rustls. While `whole` is set, each read
-/// stops at a record boundary (a header, then its body), so that what
-/// rustls has read is always whole records; off, reads pass through.
+/// The client's TCP socket under rustls. Until [`Framed::unframe`], each
+/// read stops at a record boundary (a header, then its body), so that what
+/// rustls has read is always whole records; after, reads pass through.
 pub struct Framed {
     tcp: TcpStream,
     whole: bool,
@@ -86,11 +86,11 @@ pub struct Framed {
 }
 
 impl Framed {
-    /// `whole`: the flow may leave rustls after its handshake.
-    pub fn new(tcp: TcpStream, whole: bool) -> Self {
+    /// Framed from the start: the flow may leave rustls after its handshake.
+    pub fn new(tcp: TcpStream) -> Self {
         Self {
             tcp,
-            whole,
+            whole: true,
             header: [0; RECORD_HEADER],
             header_have: 0,
             body_left: 0,
@@ -591,7 +591,7 @@ mod tests {
             peer.write_all(&[23, 3, 3, 0, 3, b'a', b'b', b'c', 23, 3, 3, 0, 2, b'd', b'e'])
                 .await
                 .expect("write");
-            let mut f = Framed::new(s, true);
+            let mut f = Framed::new(s);
             let mut buf = [0u8; 64];
             let mut reads = Vec::new();
             let mut total = 0;
