@@ -132,32 +132,32 @@ async fn route(
     fe: &Frontend,
     peer: SocketAddr,
     dst: Option<SocketAddr>,
-    client: &Stream,
+    client: &mut Stream,
     inspect: &mut Inspect,
     stick: &dyn StickCtx,
 ) -> Option<usize> {
     let mut waited = false;
     // Terminated here: the handshake's name, and no peeking at TLS records.
-    let tls_sni = match client {
+    let tls_sni = match &*client {
         Stream::Accepted(t) => Some(t.get_ref().1.server_name().map(str::to_string)),
         _ => None,
     };
-    if tls_sni.is_none()
-        && fe
-            .use_backend_conds
-            .iter()
-            .flatten()
-            .any(|c| c.reads_content())
+    if fe
+        .use_backend_conds
+        .iter()
+        .flatten()
+        .any(|c| c.reads_content())
     {
-        // What has arrived by now, as HAProxy's buffer holds it.
-        inspect.look(client.tcp());
+        // What has arrived by now, as HAProxy's buffer holds it (a TLS
+        // client's plaintext).
+        inspect.look(client);
     }
     for (rule, cond) in fe.use_backends.iter().zip(&fe.use_backend_conds) {
         let wants_sni = matches!(rule, UseBackend::SniMap { .. })
             || cond.as_ref().is_some_and(|c| c.uses_sni());
         if wants_sni && !waited && tls_sni.is_none() {
             waited = true;
-            wait_hello(inspect, client.tcp(), fe.timeouts.inspect_delay).await;
+            wait_hello(inspect, client, fe.timeouts.inspect_delay).await;
         }
         let sni = match &tls_sni {
             Some(name) => name.as_deref(),
@@ -205,7 +205,7 @@ async fn route(
 
 /// Peek until the ClientHello is complete (or cannot be), up to `delay` from
 /// now; `None` judges only what has already arrived.
-async fn wait_hello(inspect: &mut Inspect, client: &TcpStream, delay: Option<Duration>) {
+async fn wait_hello(inspect: &mut Inspect, client: &mut Stream, delay: Option<Duration>) {
     let deadline = tokio::time::Instant::now() + delay.unwrap_or(Duration::ZERO);
     inspect.look(client);
     while !inspect.sni_decided() && tokio::time::Instant::now() < deadline {
@@ -229,14 +229,16 @@ async fn wait_hello(inspect: &mut Inspect, client: &TcpStream, delay: Option<Dur
 /// matching yet) stops the walk until bytes arrive, the client closes, the
 /// buffer is full or `delay` (the proxy's `tcp-request inspect-delay`, from
 /// now) ends; then they run again, the last time with every fetch final. No
-/// delay → one final run on what is there. Nothing is consumed.
+/// delay → one final run on what is there. Nothing is consumed from a plain
+/// client; a TLS client's plaintext is read into `inspect`, for the server
+/// first.
 async fn content_rules(
     state: &Runtime,
     tracker: &mut Tracker<'_>,
     rules: &[ContentRule],
     delay: Option<Duration>,
     (peer, dst): (SocketAddr, Option<SocketAddr>),
-    client: &TcpStream,
+    client: &mut Stream,
     inspect: &mut Inspect,
 ) -> ContentAction {
     if rules.is_empty() {
@@ -934,7 +936,7 @@ pub fn run(
                 rules,
                 delay,
                 (peer, dst),
-                client.tcp(),
+                &mut client,
                 &mut inspect,
             ))
             .await
@@ -944,7 +946,7 @@ pub fn run(
             tracing::debug!(frontend = %fe.name, %peer, "rejected by tcp-request content");
             fe_ctr.event(Event::DeniedReq);
             log.end_at(Cause::Proxy, LogPhase::Request);
-            inspect.discard(client.tcp());
+            inspect.discard(&client);
             return;
         }
         let Some(be_idx) = Box::pin(route(
@@ -952,7 +954,7 @@ pub fn run(
             fe,
             peer,
             dst,
-            &client,
+            &mut client,
             &mut inspect,
             &tracker,
         ))
@@ -987,7 +989,7 @@ pub fn run(
                 rules,
                 delay,
                 (peer, dst),
-                client.tcp(),
+                &mut client,
                 &mut inspect,
             ))
             .await
@@ -997,10 +999,12 @@ pub fn run(
             tracing::debug!(backend = %be.name, %peer, "rejected by tcp-request content");
             fe_ctr.event(Event::DeniedReq);
             log.end_at(Cause::Proxy, LogPhase::Request);
-            inspect.discard(client.tcp());
+            inspect.discard(&client);
             return;
         }
-        drop(inspect);
+        // From here on only a TLS client's plaintext, read by the rules, is
+        // kept: the server gets it first.
+        inspect.keep_replay();
 
         // Acquire a server slot and connect, with HAProxy's retry and redispatch rules:
         // `retries` further attempts on the same server, after a failure the error
@@ -1173,21 +1177,25 @@ pub fn run(
         // Plain or TLS (boxed, so a plain flow keeps no room for it), awaited
         // at one point.
         let fwd = match plain_pair(client, server) {
-            Ok((client, server)) => handoff::tls::Either::Plain {
-                f: handoff::forward(
-                    &state.forwarding,
-                    client,
-                    server,
-                    Vec::new(),
-                    choose_plan(&state, fe, be),
-                    crate::runtime::flow::timeouts(fe, be),
-                    &meter,
-                ),
-            },
+            Ok((client, server)) => {
+                drop(inspect);
+                handoff::tls::Either::Plain {
+                    f: handoff::forward(
+                        &state.forwarding,
+                        client,
+                        server,
+                        Vec::new(),
+                        choose_plan(&state, fe, be),
+                        crate::runtime::flow::timeouts(fe, be),
+                        &meter,
+                    ),
+                }
+            }
             Err((client, server)) => handoff::tls::Either::Tls {
                 f: Box::pin(handoff::tls::forward_tls(
                     client,
                     server,
+                    inspect.into_replay(),
                     state.tls.kernel().ciphers(),
                     crate::runtime::flow::timeouts(fe, be),
                     &meter,

@@ -173,9 +173,13 @@ impl<P: std::future::Future, T: std::future::Future> std::future::Future for Eit
 /// (`ktls`, probed at start), forwarded by `ktls::forward`, else to shunt's
 /// records, forwarded by `records::forward`; one whose switch failed once
 /// rustls' secrets were out ends here, closed.
+///
+/// `replay` is plaintext the content rules read off the client
+/// (`crate::inspect`): the server gets it before anything else.
 pub async fn forward_tls(
     client: Stream,
     server: Stream,
+    replay: Vec<u8>,
     ktls: crate::sys::ktls::Ciphers,
     timeouts: FlowTimeouts,
     meter: &dyn Meter,
@@ -183,12 +187,14 @@ pub async fn forward_tls(
     let (mut client, server) = match (client, server) {
         (Stream::Accepted(tls), Stream::Plain(server)) => {
             match super::ktls::offload(tls, ktls).await {
-                super::ktls::Offload::Kernel(k) => {
+                super::ktls::Offload::Kernel(mut k) => {
+                    k.pending = before(replay, k.pending);
                     tracing::debug!(cipher = k.cipher.name(), version = ?k.version, pending = k.pending.len(), "TLS flow handed to the kernel (kTLS)");
                     meter.ktls();
                     return super::ktls::forward(k, server, timeouts, meter).await;
                 }
-                super::ktls::Offload::Records(r) => {
+                super::ktls::Offload::Records(mut r) => {
+                    r.pending = before(replay, std::mem::take(&mut r.pending));
                     tracing::debug!(
                         pending = r.pending.len(),
                         "TLS flow carried on by shunt's records"
@@ -225,7 +231,20 @@ pub async fn forward_tls(
     let client = RefCell::new(client);
     let server = RefCell::new(server);
     let end = {
-        let c2s = pin!(from_client(&flow, &client, &server));
+        let c2s = pin!(async {
+            // Written and flushed before the first read of the client.
+            if !replay.is_empty() {
+                let mut w = Half(&server);
+                w.write_all(&replay)
+                    .await
+                    .map_err(|e| DirError::new(CLIENT_TO_SERVER.to, e))?;
+                w.flush()
+                    .await
+                    .map_err(|e| DirError::new(CLIENT_TO_SERVER.to, e))?;
+                flow.wrote(CLIENT_TO_SERVER.to, replay.len());
+            }
+            from_client(&flow, &client, &server).await
+        });
         let s2c = pin!(direction(&flow, SERVER_TO_CLIENT, &server, &client));
         super::drive_unpromoted(&flow, &timeouts, c2s, s2c).await
     };
@@ -249,6 +268,15 @@ pub async fn forward_tls(
         handed_over: false,
         promoted: None,
     }
+}
+
+/// `first`, then `then`, as one buffer.
+fn before(mut first: Vec<u8>, then: Vec<u8>) -> Vec<u8> {
+    if first.is_empty() {
+        return then;
+    }
+    first.extend_from_slice(&then);
+    first
 }
 
 /// One direction: wait until `from` has bytes, read a chunk into a buffer
