@@ -222,11 +222,6 @@ impl Terminating {
 
     /// As [`Terminating::start`], in front of `backend` instead of an echo.
     fn to(name: &str, backend: SocketAddr) -> Self {
-        Self::with_rules(name, backend, "")
-    }
-
-    /// As [`Terminating::to`], with `rules` (whole lines) in the frontend.
-    fn with_rules(name: &str, backend: SocketAddr, rules: &str) -> Self {
         let ca = Ca::new("shunt test CA");
         let certs = TempDir::new(name);
         let (pem, _) = ca.leaf(&["a.test"]);
@@ -234,7 +229,7 @@ impl Terminating {
         let port = free_port();
         let cfg = format!(
             "global\n    stats socket @DIR@/admin.sock level admin\n\n{DEFAULTS}\
-             frontend fe\n    bind 127.0.0.1:{port} ssl crt {crt}\n{rules}    default_backend be\n\n\
+             frontend fe\n    bind 127.0.0.1:{port} ssl crt {crt}\n    default_backend be\n\n\
              backend be\n    server s1 {backend}\n"
         );
         let shunt = Shunt::start(&cfg, &[]);
@@ -287,94 +282,105 @@ fn terminated_bytes_cross_exactly_both_ways_with_half_close_and_are_counted() {
     println!("Ktls: {ktls}; KtlsFlows: {flows}; {BULK} bytes each way, SHA-256 equal");
 }
 
-/// `tcp-request content` on a `bind ... ssl` listener sees the decrypted
-/// request, as HAProxy's rules see its buffer: a rule on the first bytes
-/// rejects a client whose plaintext starts so (and waits, within the
-/// inspect-delay, for bytes sent in two records), and lets the others
-/// through with every byte, the inspected ones first, echoed back exactly.
-#[test]
-fn content_rules_on_a_terminated_listener_judge_the_plaintext_and_lose_no_byte() {
-    let echo = Server::echo();
-    let mut t = Terminating::with_rules(
-        "tls-content",
-        echo.addr,
-        "    tcp-request inspect-delay 3s\n    tcp-request content reject if { req.payload(0,4) -m str QUIT }\n",
-    );
-    t._echo = Some(echo);
-    let (ca, port, shunt) = (&t.ca, t.port, &t.shunt);
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let data = pattern(1 << 20, 29);
-    let (rejected, split_rejected, passed, split_passed) = rt().block_on(async {
-        // Whole, in one record: rejected, the connection closed.
+/// Through shunt at `addr` (a `bind ... ssl` listener that rejects a
+/// request starting `QUIT`, in front of an echo server): a `QUIT` in one
+/// record and one split over two records 300 ms apart are closed without a
+/// byte; 1 MiB, and `PA` alone for 300 ms then 1 MiB, come back exactly.
+async fn judged_then_passed(addr: SocketAddr, ca: &Ca, data: &[u8]) {
+    async fn rejected(addr: SocketAddr, ca: &Ca, parts: &[&[u8]]) -> Vec<u8> {
         let mut s = tls_connect(addr, "a.test", client_config(ca, &[])).await;
-        s.write_all(b"QUIT now\r\n").await.expect("write");
-        s.flush().await.expect("flush");
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            s.write_all(part).await.expect("write");
+            s.flush().await.expect("flush");
+        }
         let mut got = Vec::new();
         let _ = tokio::time::timeout(IO_LIMIT, s.read_to_end(&mut got))
             .await
             .expect("closed in time");
-        let rejected = got;
-        // "QU", then "IT" in a second record 300 ms later: the rule waits.
-        let mut s = tls_connect(addr, "a.test", client_config(ca, &[])).await;
-        s.write_all(b"QU").await.expect("write");
-        s.flush().await.expect("flush");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        s.write_all(b"IT\r\n").await.expect("write");
-        s.flush().await.expect("flush");
-        let mut got = Vec::new();
-        let _ = tokio::time::timeout(IO_LIMIT, s.read_to_end(&mut got))
-            .await
-            .expect("closed in time");
-        let split_rejected = got;
-        // Anything else: every byte crosses, the judged ones first.
-        let s = tls_connect(addr, "a.test", client_config(ca, &[])).await;
-        let passed = exchange(s, &data).await;
-        // "PA" alone for a while, then the rest: judged on 4 bytes, all
-        // of which reach the server before the rest.
-        let s = tls_connect(addr, "a.test", client_config(ca, &[])).await;
-        let (mut rd, mut wr) = tokio::io::split(s);
-        let write = async {
-            wr.write_all(b"PA").await.expect("write");
-            wr.flush().await.expect("flush");
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            wr.write_all(&data).await.expect("write");
-            wr.shutdown().await.expect("close_notify + FIN");
-        };
-        let read = async {
-            let mut got = Vec::new();
-            rd.read_to_end(&mut got).await.expect("read until EOF");
-            got
-        };
-        let ((), split_passed) =
-            tokio::time::timeout(IO_LIMIT, async { tokio::join!(write, read) })
-                .await
-                .expect("exchange in time");
-        (rejected, split_rejected, passed, split_passed)
-    });
-    assert!(rejected.is_empty(), "a rejected client got {rejected:?}");
-    assert!(
-        split_rejected.is_empty(),
-        "a rejected client (split request) got {split_rejected:?}"
-    );
+        got
+    }
+    let whole = rejected(addr, ca, &[b"QUIT now\r\n"]).await;
+    assert!(whole.is_empty(), "a rejected client got {whole:?}");
+    let split = rejected(addr, ca, &[b"QU", b"IT\r\n"]).await;
+    assert!(split.is_empty(), "a rejected client (split) got {split:?}");
+
+    let s = tls_connect(addr, "a.test", client_config(ca, &[])).await;
+    let passed = exchange(s, data).await;
     assert_eq!(passed.len(), data.len(), "bytes echoed back");
-    assert_eq!(sha256(&passed), sha256(&data), "echoed bytes differ");
+    assert_eq!(sha256(&passed), sha256(data), "echoed bytes differ");
+
+    let s = tls_connect(addr, "a.test", client_config(ca, &[])).await;
+    let (mut rd, mut wr) = tokio::io::split(s);
+    let write = async {
+        wr.write_all(b"PA").await.expect("write");
+        wr.flush().await.expect("flush");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        wr.write_all(data).await.expect("write");
+        wr.shutdown().await.expect("close_notify + FIN");
+    };
+    let read = async {
+        let mut got = Vec::new();
+        rd.read_to_end(&mut got).await.expect("read until EOF");
+        got
+    };
+    let ((), split_passed) = tokio::time::timeout(IO_LIMIT, async { tokio::join!(write, read) })
+        .await
+        .expect("exchange in time");
     let mut want = b"PA".to_vec();
-    want.extend_from_slice(&data);
+    want.extend_from_slice(data);
     assert_eq!(split_passed.len(), want.len(), "bytes echoed back (split)");
     assert_eq!(
         sha256(&split_passed),
         sha256(&want),
         "echoed bytes differ (split)"
     );
-    let sock = shunt.sock();
-    assert_eq!(
-        stat(&sock, "fe", "FRONTEND", "dreq"),
-        2,
-        "both rejects counted"
+}
+
+/// `tcp-request content` on a `bind ... ssl` listener judges the decrypted
+/// request, as HAProxy's rules judge its buffer, and waits within the
+/// inspect-delay for bytes that come in a later record; the bytes it read
+/// reach the server first, then the rest, each once: in front of a plain
+/// server (the flow leaves rustls for shunt's records, or kTLS) and of a
+/// TLS server (the flow stays in rustls).
+#[test]
+fn content_rules_on_a_terminated_listener_judge_the_plaintext_and_lose_no_byte() {
+    let ca = Ca::new("shunt test CA");
+    let dir = TempDir::new("tls-content");
+    let (front, _) = ca.leaf(&["a.test"]);
+    let crt = write(dir.path(), "front.pem", &front);
+    let (back, _) = ca.leaf(&["backend.test"]);
+    let tls_echo = TlsEcho::start(&back);
+    let echo = Server::echo();
+    let (p1, p2) = (free_port(), free_port());
+    let rules = "    tcp-request inspect-delay 3s\n    \
+                 tcp-request content reject if { req.payload(0,4) -m str QUIT }\n";
+    let cfg = format!(
+        "global\n    stats socket @DIR@/admin.sock level admin\n\n{DEFAULTS}\
+         frontend plain\n    bind 127.0.0.1:{p1} ssl crt {crt}\n{rules}    default_backend plain\n\n\
+         frontend tls\n    bind 127.0.0.1:{p2} ssl crt {crt}\n{rules}    default_backend tls\n\n\
+         backend plain\n    server s {}\n\n\
+         backend tls\n    server s {} ssl verify none\n",
+        echo.addr, tls_echo.addr
     );
-    eventually("bin counted", Duration::from_secs(10), || {
-        stat(&sock, "fe", "FRONTEND", "bin") == (data.len() + want.len()) as u64
-    });
+    let shunt = Shunt::start(&cfg, &[]);
+    let data = pattern(1 << 20, 29);
+    let sock = shunt.sock();
+    for (fe, port) in [("plain", p1), ("tls", p2)] {
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        rt().block_on(judged_then_passed(addr, &ca, &data));
+        assert_eq!(
+            stat(&sock, fe, "FRONTEND", "dreq"),
+            2,
+            "{fe}: both rejects counted"
+        );
+        eventually("bin counted", Duration::from_secs(10), || {
+            stat(&sock, fe, "FRONTEND", "bin") == (2 * data.len() + 2) as u64
+        });
+        println!("{fe}: 2 rejects, 2 MiB passed byte-exact");
+    }
 }
 
 /// A server that takes nothing for a while: the plaintext shunt decrypted
