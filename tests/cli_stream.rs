@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -152,8 +152,14 @@ fn show_sess_lists_every_open_flow_once() {
     let dir = TempDir::new("cli-stream-sess");
     let map_path = dir.path().join("empty.map");
     std::fs::write(&map_path, "").expect("write map");
-    // A server that accepts and holds connections, one thread in all.
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind server");
+    // A server that accepts and holds connections, one thread in all. Its
+    // backlog holds every flow: with the default (128), a burst of connects
+    // from shunt while this thread waits for a CPU can overflow the accept
+    // queue, and the kernel then drops the handshake's last ACK of a
+    // SYN-cookie connection, which appears only when shunt sends something:
+    // its FIN at `timeout server` (60 s), after every flow ended. That is
+    // the likeliest reading of a CI failure (no flow listed, 71 s in).
+    let listener = listen_deep("127.0.0.1:0".parse().expect("addr")).expect("bind server");
     let server_addr = listener.local_addr().expect("addr");
     let holder = std::thread::spawn(move || {
         let mut held = Vec::with_capacity(FLOWS);
@@ -171,8 +177,11 @@ fn show_sess_lists_every_open_flow_once() {
     let shunt = Shunt::start(&cfg, &["--forward-mode", "copy"]);
     let sock = shunt.sock();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let t_start = Instant::now();
     let clients: Vec<TcpStream> = (0..FLOWS).map(|_| connect(addr)).collect();
+    let t_clients = t_start.elapsed();
     let held = holder.join().expect("holder");
+    let t_held = t_start.elapsed();
     assert_eq!(held.len(), FLOWS, "every flow reached the server");
 
     let srcs: HashSet<String> = clients
@@ -193,7 +202,13 @@ fn show_sess_lists_every_open_flow_once() {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert_eq!(lines.len(), FLOWS, "one line per flow");
+    assert_eq!(
+        lines.len(),
+        FLOWS,
+        "one line per flow (clients connected in {t_clients:?}, the server held them all \
+         at {t_held:?}, listed at {:?})",
+        t_start.elapsed()
+    );
     let ids: HashSet<&str> = lines
         .iter()
         .map(|l| l.split(':').next().unwrap_or(""))

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use shunt_testkit::stats;
-pub use shunt_testkit::{echo_until_eof, pattern, Server};
+pub use shunt_testkit::{echo_until_eof, listen_deep, pattern, Server};
 
 /// How long shunt may take to start listening.
 const START_TIMEOUT: Duration = Duration::from_secs(10);

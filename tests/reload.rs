@@ -228,7 +228,8 @@ fn long_kernel_flows_survive_ten_reloads_byte_exact() {
     if !kernel_handover_wanted() {
         return;
     }
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind backend");
+    // Deep: a burst of LONG_FLOWS connects must not overflow the accept queue.
+    let listener = listen_deep("127.0.0.1:0".parse().expect("addr")).expect("bind backend");
     let backend = listener.local_addr().expect("addr");
     let shared = TempDir::new("reload-kernel");
     let port = free_port();

@@ -449,7 +449,8 @@ fn idle_tls_flows_hold_neither_rustls_state_nor_a_copy_buffer() {
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
     }
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind holding backend");
+    // Deep: a burst of FLOWS connects must not overflow the accept queue.
+    let l = listen_deep("127.0.0.1:0".parse().expect("addr")).expect("bind holding backend");
     let backend = l.local_addr().expect("addr");
     // Accepts every flow, reads its 5 bytes, answers 2, then holds it.
     let holder = std::thread::spawn(move || {
