@@ -18,9 +18,7 @@
 //! - Per loop: rounds of budgets from `tune.runqueue-depth` and the class weights
 //!   (see `budget.rs`), at most one Heavy task while other work is queued, no
 //!   task run twice, then one non-blocking reactor turn; with nothing queued the
-//!   worker polls the reactor without blocking for an adaptive window (0 to
-//!   30 µs, `idle_poll.rs`: open only while events come soon after it ran
-//!   dry), then parks in it.
+//!   worker parks in the reactor (no busy loop).
 //! - A task marks its heavy work with [`heavy`] / [`enter_heavy`]: while marked,
 //!   its wakes land in Heavy.
 //!
@@ -31,7 +29,6 @@
 //! `run_worker` (as a crash would in HAProxy); its sibling tasks are dropped.
 
 mod budget;
-mod idle_poll;
 mod remote;
 mod stats;
 mod task;

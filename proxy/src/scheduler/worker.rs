@@ -259,8 +259,6 @@ pub(crate) struct Worker {
     /// Start of the current idle sample (ns since `epoch`) and the time parked in it.
     idle_sample_start: Cell<u64>,
     idle_ns: Cell<u64>,
-    /// How long the worker polls the reactor once it ran dry (`idle_poll`).
-    idle_poll_ns: Cell<u64>,
     #[cfg(test)]
     trace: RefCell<Option<Vec<[u32; 4]>>>,
 }
@@ -316,7 +314,6 @@ impl Worker {
             }),
             idle_sample_start: Cell::new(0),
             idle_ns: Cell::new(0),
-            idle_poll_ns: Cell::new(0),
             #[cfg(test)]
             trace: RefCell::new(None),
         })
@@ -869,32 +866,11 @@ pub(crate) async fn sched_main(w: Rc<Worker>) {
             w.empty_rq.set(w.empty_rq.get() + 1);
             w.pass_end(start);
             let before = w.reactor_wakes.get();
-            let dry = w.clock();
-            // Poll the reactor without blocking for the window (each
-            // `yield_now` is one turn of it), then sleep in it.
-            let window = w.idle_poll_ns.get();
-            let mut caught = false;
-            if window > 0 {
-                loop {
-                    tokio::task::yield_now().await;
-                    if w.has_work() || w.shared.is_notified() {
-                        caught = true;
-                        break;
-                    }
-                    if w.clock().saturating_sub(dry) >= window {
-                        break;
-                    }
-                }
-            }
-            if !caught {
-                w.shared.load.parking(w.slab.borrow().live);
-                std::future::poll_fn(|cx| w.park(cx)).await;
-            }
+            w.shared.load.parking(w.slab.borrow().live);
+            let parked = w.clock();
+            std::future::poll_fn(|cx| w.park(cx)).await;
             let now = w.clock();
-            let idle = now.saturating_sub(dry);
-            w.note_idle(now, idle);
-            w.idle_poll_ns
-                .set(super::idle_poll::next_window(window, caught, idle));
+            w.note_idle(now, now.saturating_sub(parked));
             w.reactor_wakes.get() - before
         };
         if reactor_wakes > 0 {
