@@ -243,6 +243,8 @@ pub async fn forward_tls(
                     .map_err(|e| DirError::new(CLIENT_TO_SERVER.to, e))?;
                 flow.wrote(CLIENT_TO_SERVER.to, replay.len());
             }
+            // Moved in and freed here: not held for the flow's life.
+            drop(replay);
             from_client(&flow, &client, &server).await
         });
         let s2c = pin!(direction(&flow, SERVER_TO_CLIENT, &server, &client));
